@@ -1,0 +1,115 @@
+#include "transport/transport.hpp"
+
+#include "common/logging.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <thread>
+
+namespace chorus::transport {
+
+std::string Request::describe() const {
+  return fmt::format("{} rank {} (tag {:#x}, {} bytes)", is_send_ ? "send to" : "receive from",
+                     peer_, tag_, bytes_);
+}
+
+bool Request::try_finish() noexcept {
+  bool expected = false;
+  return finishing_.compare_exchange_strong(expected, true, std::memory_order_acq_rel);
+}
+
+void Request::complete(std::size_t received_bytes) noexcept {
+  if (!try_finish()) return;
+  received_ = received_bytes;
+  state_.store(State::complete, std::memory_order_release);
+}
+
+void Request::fail(ErrorCode code, std::string message) noexcept {
+  if (!try_finish()) return;
+  try {
+    error_.emplace(code, message);
+  } catch (...) {
+    // Out of memory while failing: the state alone still says failed.
+  }
+  state_.store(State::failed, std::memory_order_release);
+}
+
+Transport::Transport(int rank, int size) : rank_(rank), size_(size) {
+  if (size < 1 || rank < 0 || rank >= size)
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("rank {} of size {}: need 0 <= rank < size", rank, size));
+}
+
+void Transport::check_message(const char* what, int peer, Tag tag, const void* buf,
+                              std::size_t bytes) const {
+  if (peer < 0 || peer >= size_)
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("{}: peer {} is not a rank of this group of {}", what, peer, size_));
+  if (tag > kMaxTag)
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("{}: tag {:#x} exceeds the largest tag {:#x}", what, tag, kMaxTag));
+  if (buf == nullptr && bytes > 0)
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("{}: buffer is null but bytes is {}", what, bytes));
+}
+
+bool Transport::test(const Request& request) {
+  if (!request.done()) progress();
+  return request.done();
+}
+
+std::chrono::microseconds spin_before_sleep() {
+  static const std::chrono::microseconds spin = [] {
+    const char* env = std::getenv("CHORUS_SPIN_US");
+    if (env == nullptr || *env == '\0') return std::chrono::microseconds(50);
+    char* end = nullptr;
+    const long value = std::strtol(env, &end, 10);
+    if (*end != '\0' || value < 0) {
+      log::warn("CHORUS_SPIN_US='{}' is not a count of microseconds; using 50", env);
+      return std::chrono::microseconds(50);
+    }
+    return std::chrono::microseconds(value);
+  }();
+  return spin;
+}
+
+Deadline deadline_after(double seconds) {
+  return Clock::now() +
+         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+void Transport::wait(const Request& request, Deadline deadline) {
+  const auto start = Clock::now();
+  auto idle_since = start;
+  while (!request.done()) {
+    if (progress()) {
+      idle_since = Clock::now();
+      continue;
+    }
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      const double waited = std::chrono::duration<double>(now - start).count();
+      throw Error(ErrorCode::timeout,
+                  fmt::format("rank {}: timed out after {:.1f} s waiting for {} over {}", rank_,
+                              waited, request.describe(), name()));
+    }
+    if (now - idle_since < spin_before_sleep()) {
+      std::this_thread::yield();
+      continue;
+    }
+    // Wake at least every 100 ms: a bound on what a lost wake-up can cost.
+    wait_for_activity(std::min(deadline, now + std::chrono::milliseconds(100)));
+    idle_since = Clock::now();
+  }
+  if (request.state() == Request::State::failed) {
+    if (const Error* e = request.error()) throw *e;
+    throw Error(ErrorCode::internal, request.describe() + " failed without an error");
+  }
+}
+
+void Transport::wait_all(std::span<const RequestPtr> requests, Deadline deadline) {
+  for (const auto& r : requests) wait(*r, deadline);
+}
+
+}  // namespace chorus::transport

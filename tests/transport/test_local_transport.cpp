@@ -1,0 +1,117 @@
+// The conformance scenarios over the local transport: ranks as threads.
+#include "conformance.hpp"
+#include "transport/local/local_transport.hpp"
+
+#include <gtest/gtest.h>
+
+#include <exception>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace chorus {
+namespace {
+
+using transport::LocalFabric;
+using transport::LocalTransport;
+using transport::Transport;
+
+// Runs `body` on `size` threads, one LocalTransport each; returns the first
+// failure of each rank (empty when it passed).
+std::vector<std::string> run_ranks(int size, const std::function<void(Transport&)>& body) {
+  auto fabric = LocalFabric::create(size);
+  std::vector<std::string> failures(static_cast<std::size_t>(size));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        LocalTransport t(fabric, r);
+        body(t);
+      } catch (const std::exception& e) {
+        failures[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  return failures;
+}
+
+void expect_all_passed(const std::vector<std::string>& failures) {
+  for (std::size_t r = 0; r < failures.size(); ++r) EXPECT_EQ(failures[r], "") << "rank " << r;
+}
+
+struct Case {
+  std::string scenario;
+  int size;
+};
+
+class LocalConformance : public ::testing::TestWithParam<Case> {};
+
+TEST_P(LocalConformance, Scenario) {
+  const auto* scenario = conformance::find_scenario(GetParam().scenario);
+  ASSERT_NE(scenario, nullptr);
+  expect_all_passed(run_ranks(GetParam().size, scenario->run));
+}
+
+std::vector<Case> all_cases() {
+  std::vector<Case> cases;
+  for (const auto& s : conformance::scenarios())
+    for (int size : {2, 3, 4}) cases.push_back({s.name, size});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllScenarios, LocalConformance, ::testing::ValuesIn(all_cases()),
+                         [](const auto& info) {
+                           return info.param.scenario + "_p" + std::to_string(info.param.size);
+                         });
+
+TEST(LocalTransport, PeerDeathFailsEveryPendingRequestNamingThePeer) {
+  for (int size : {2, 3, 4}) {
+    SCOPED_TRACE("size " + std::to_string(size));
+    expect_all_passed(run_ranks(size, [](Transport& t) {
+      conformance::peer_death(t, [&t] { t.abort("killed by the test"); });
+    }));
+  }
+}
+
+TEST(LocalTransport, SixtyFourRanksExchangeWithEveryPeer) {
+  expect_all_passed(run_ranks(64, [](Transport& t) {
+    std::vector<std::uint32_t> in(static_cast<std::size_t>(t.size()));
+    std::vector<std::uint32_t> out(static_cast<std::size_t>(t.size()));
+    std::vector<transport::RequestPtr> requests;
+    for (int p = 0; p < t.size(); ++p) {
+      out[static_cast<std::size_t>(p)] = static_cast<std::uint32_t>(t.rank() * 1000 + p);
+      requests.push_back(t.irecv(p, 5, &in[static_cast<std::size_t>(p)], 4));
+      requests.push_back(t.isend(p, 5, &out[static_cast<std::size_t>(p)], 4));
+    }
+    t.wait_all(requests, transport::deadline_after(60));
+    for (int p = 0; p < t.size(); ++p)
+      if (in[static_cast<std::size_t>(p)] != static_cast<std::uint32_t>(p * 1000 + t.rank()))
+        throw std::runtime_error("wrong value from rank " + std::to_string(p));
+  }));
+}
+
+TEST(LocalTransport, WaitTimesOutNamingPeerTagAndSize) {
+  expect_all_passed(run_ranks(2, [](Transport& t) {
+    std::uint64_t v = 0;
+    if (t.rank() == 1) {  // stays until rank 0 is done, sending nothing it waits for
+      auto done = t.irecv(0, 0x99, &v, sizeof v);
+      t.wait(*done, transport::deadline_after(30));
+      return;
+    }
+    auto r = t.irecv(1, 0x42, &v, sizeof v);
+    try {
+      t.wait(*r, transport::deadline_after(0.2));
+      throw std::runtime_error("wait did not time out");
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      if (e.code() != ErrorCode::timeout || what.find("receive from rank 1") == std::string::npos ||
+          what.find("tag 0x42") == std::string::npos || what.find("8 bytes") == std::string::npos)
+        throw std::runtime_error("unhelpful timeout: " + what);
+    }
+    t.wait(*t.isend(1, 0x99, &v, sizeof v), transport::deadline_after(30));
+  }));
+}
+
+}  // namespace
+}  // namespace chorus
