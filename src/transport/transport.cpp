@@ -59,6 +59,14 @@ bool Transport::test(const Request& request) {
   return request.done();
 }
 
+std::string truncation_message(int receiver, int sender, Tag tag, std::size_t sent,
+                               std::size_t capacity) {
+  return fmt::format(
+      "rank {}: message from rank {} (tag {:#x}) has {} bytes but the receive buffer holds only "
+      "{}; nothing was written",
+      receiver, sender, tag, sent, capacity);
+}
+
 std::chrono::microseconds spin_before_sleep() {
   static const std::chrono::microseconds spin = [] {
     const char* env = std::getenv("CHORUS_SPIN_US");

@@ -133,6 +133,11 @@ class Transport {
   const int size_;
 };
 
+// The error text for a message larger than its receive, shared by every
+// transport so that the conformance tests can check it once.
+std::string truncation_message(int receiver, int sender, Tag tag, std::size_t sent,
+                               std::size_t capacity);
+
 // How long wait() spins on progress() before sleeping; CHORUS_SPIN_US
 // (default 50 us) sets it. Short, because ranks may outnumber cores.
 std::chrono::microseconds spin_before_sleep();

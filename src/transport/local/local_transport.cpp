@@ -30,14 +30,6 @@ struct ArrivedMessage {
   RequestPtr send_request;  // set for messages left at the sender
 };
 
-std::string truncation_message(int receiver, int source, Tag tag, std::size_t sent,
-                               std::size_t capacity) {
-  return fmt::format(
-      "rank {}: message from rank {} (tag {:#x}) has {} bytes but the receive buffer holds only "
-      "{}; nothing was written",
-      receiver, source, tag, sent, capacity);
-}
-
 }  // namespace
 
 // One mailbox per rank. `data` guards the queues; `signal` guards only the

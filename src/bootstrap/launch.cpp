@@ -1,0 +1,214 @@
+#include "bootstrap/launch.hpp"
+
+#include "common/logging.hpp"
+#include "transport/tcp/tcp_transport.hpp"
+#if defined(CHORUS_HAVE_UCX)
+#include "transport/ucx/ucx_transport.hpp"
+#endif
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <cstring>
+
+namespace chorus::bootstrap {
+namespace {
+
+std::optional<int> parse_int(const std::string& text) {
+  char* end = nullptr;
+  const long v = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || v < 0 || v > (1 << 30)) return std::nullopt;
+  return static_cast<int>(v);
+}
+
+struct Source {
+  const char* name;
+  const char* rank_var;
+  const char* size_var;
+};
+constexpr Source kSources[] = {
+    {"CHORUS_RANK/CHORUS_SIZE", "CHORUS_RANK", "CHORUS_SIZE"},
+    {"torchrun (RANK/WORLD_SIZE)", "RANK", "WORLD_SIZE"},
+    {"Open MPI (OMPI_COMM_WORLD_RANK/SIZE)", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+    {"PMI (PMI_RANK/PMI_SIZE)", "PMI_RANK", "PMI_SIZE"},
+    {"Slurm (SLURM_PROCID/SLURM_NTASKS)", "SLURM_PROCID", "SLURM_NTASKS"},
+};
+
+}  // namespace
+
+LaunchInfo launch_info_from_env(const EnvLookup& env) {
+  std::string found;  // every relevant variable seen, for error messages
+  auto note = [&](const char* var) {
+    if (auto v = env(var)) found += fmt::format("{}{}={}", found.empty() ? "" : ", ", var, *v);
+  };
+  for (const auto& s : kSources) note(s.rank_var), note(s.size_var);
+  for (const char* v : {"CHORUS_STORE", "MASTER_ADDR", "MASTER_PORT"}) note(v);
+  const std::string seen = found.empty() ? "none of them is set" : "found " + found;
+  auto fail = [&](const std::string& what) {
+    return Error(ErrorCode::invalid_argument,
+                 fmt::format("cannot tell this process's rank: {}. Chorus reads CHORUS_RANK, "
+                             "CHORUS_SIZE and CHORUS_STORE, or the variables of torchrun, Open "
+                             "MPI, PMI or Slurm (with CHORUS_STORE or MASTER_ADDR/MASTER_PORT); "
+                             "{}",
+                             what, seen));
+  };
+
+  std::optional<LaunchInfo> chosen;
+  for (const auto& s : kSources) {
+    auto r = env(s.rank_var), n = env(s.size_var);
+    if (!r && !n) continue;
+    if (!r || !n)
+      throw fail(fmt::format("{} is set but {} is not", r ? s.rank_var : s.size_var,
+                             r ? s.size_var : s.rank_var));
+    auto rank = parse_int(*r), size = parse_int(*n);
+    if (!rank || !size || *size < 1 || *rank >= *size)
+      throw fail(fmt::format("{}={} and {}={} are not a rank in 0..size-1", s.rank_var, *r,
+                             s.size_var, *n));
+    if (!chosen) {
+      chosen = LaunchInfo{*rank, *size, "", s.name};
+    } else if (chosen->size != *size || chosen->rank != *rank) {
+      throw fail(fmt::format("{} says rank {} of {}, but {} says rank {} of {}", chosen->source,
+                             chosen->rank, chosen->size, s.name, *rank, *size));
+    }
+  }
+  if (!chosen) throw fail("no launcher variables");
+
+  if (auto store = env("CHORUS_STORE")) {
+    chosen->store = *store;
+  } else if (auto addr = env("MASTER_ADDR"), port = env("MASTER_PORT"); addr && port) {
+    auto p = parse_int(*port);
+    if (!p || *p >= 65535) throw fail("MASTER_PORT=" + *port + " is not a port");
+    const bool v6 = addr->find(':') != std::string::npos && addr->front() != '[';
+    chosen->store = fmt::format("tcp://{}:{}", v6 ? "[" + *addr + "]" : *addr, *p + 1);
+  } else if (auto ns = env("PMIX_NAMESPACE");
+             ns && env("OMPI_COMM_WORLD_LOCAL_SIZE") &&
+             env("OMPI_COMM_WORLD_LOCAL_SIZE") == env("OMPI_COMM_WORLD_SIZE")) {
+    // Open MPI with every rank on this host: a file store private to the job.
+    chosen->store = fmt::format("file:///tmp/chorus-{}", *ns);
+  } else {
+    throw fail(
+        fmt::format("{} gives rank {} of {}, but there is no store: set CHORUS_STORE "
+                    "(tcp://host:port served by rank 0, or file:///shared/dir) or "
+                    "MASTER_ADDR and MASTER_PORT",
+                    chosen->source, chosen->rank, chosen->size));
+  }
+  return *chosen;
+}
+
+LaunchInfo launch_info_from_env() {
+  return launch_info_from_env([](const char* name) -> std::optional<std::string> {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') return std::nullopt;
+    return std::string(v);
+  });
+}
+
+double timeout_seconds() {
+  static const double seconds = [] {
+    const char* env = std::getenv("CHORUS_TIMEOUT");
+    if (env == nullptr || *env == '\0') return 300.0;
+    char* end = nullptr;
+    const double v = std::strtod(env, &end);
+    if (*end != '\0' || !(v > 0))
+      throw Error(ErrorCode::invalid_argument,
+                  fmt::format("CHORUS_TIMEOUT='{}' is not a positive number of seconds", env));
+    return v;
+  }();
+  return seconds;
+}
+
+TransportKind transport_kind_from_env() {
+  const char* env = std::getenv("CHORUS_TRANSPORT");
+  const std::string v = env ? env : "";
+  if (v.empty() || v == "auto") return TransportKind::automatic;
+  if (v == "ucx") return TransportKind::ucx;
+  if (v == "tcp") return TransportKind::tcp;
+  throw Error(ErrorCode::invalid_argument,
+              "CHORUS_TRANSPORT='" + v + "' is not one of auto, ucx, tcp");
+}
+
+std::string_view to_string(TransportKind kind) {
+  switch (kind) {
+    case TransportKind::automatic:
+      return "auto";
+    case TransportKind::ucx:
+      return "ucx";
+    case TransportKind::tcp:
+      return "tcp";
+  }
+  return "?";
+}
+
+namespace {
+
+std::unique_ptr<transport::Transport> make_ucx(int rank, int size) {
+#if defined(CHORUS_HAVE_UCX)
+  return std::make_unique<transport::UcxTransport>(rank, size);
+#else
+  (void)rank, (void)size;
+  throw Error(ErrorCode::unsupported, "this chorus was built without UCX (CHORUS_WITH_UCX=OFF)");
+#endif
+}
+
+// Publishes `blob`, then fetches every rank's, in one round trip each.
+std::vector<transport::AddressBlob> exchange(Store& store, const std::string& prefix, int rank,
+                                             int size, const transport::AddressBlob& blob,
+                                             transport::Deadline deadline) {
+  store.set(fmt::format("{}/addr/{}", prefix, rank), blob, deadline);
+  std::vector<std::string> keys;
+  for (int r = 0; r < size; ++r) keys.push_back(fmt::format("{}/addr/{}", prefix, r));
+  try {
+    return store.get(keys, deadline);
+  } catch (const StoreTimeout& e) {
+    std::string ranks;
+    for (const auto& k : e.missing())
+      ranks += (ranks.empty() ? "" : ", ") + k.substr(k.rfind('/') + 1);
+    throw Error(ErrorCode::timeout,
+                fmt::format("rank {}: ranks {} of {} never arrived at the store {} (waited "
+                            "until the deadline; CHORUS_TIMEOUT sets it)",
+                            rank, ranks, size, store.url()));
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<transport::Transport> connect_transport(TransportKind kind, int rank, int size,
+                                                        Store& store, const std::string& key_prefix,
+                                                        transport::Deadline deadline) {
+  std::unique_ptr<transport::Transport> t;
+  if (kind == TransportKind::automatic) {
+    // Every rank publishes whether it could start UCX; UCX is used only if all
+    // could, so that no two ranks ever pick different transports.
+    std::string why_not;
+    try {
+      t = make_ucx(rank, size);
+    } catch (const Error& e) {
+      why_not = e.what();
+    }
+    store.set(fmt::format("{}/ucx/{}", key_prefix, rank), to_bytes(t ? "1" : why_not), deadline);
+    std::vector<std::string> keys;
+    for (int r = 0; r < size; ++r) keys.push_back(fmt::format("{}/ucx/{}", key_prefix, r));
+    const auto answers = store.get(keys, deadline);
+    for (int r = 0; r < size && t; ++r) {
+      if (to_string(answers[static_cast<std::size_t>(r)]) != "1") {
+        why_not =
+            fmt::format("rank {} cannot: {}", r, to_string(answers[static_cast<std::size_t>(r)]));
+        t.reset();
+      }
+    }
+    if (!t) {
+      if (rank == 0) log::info("transport: tcp (UCX not used: {})", why_not);
+      t = std::make_unique<transport::TcpTransport>(rank, size);
+    }
+  } else if (kind == TransportKind::ucx) {
+    t = make_ucx(rank, size);
+  } else {
+    t = std::make_unique<transport::TcpTransport>(rank, size);
+  }
+  const auto blobs = exchange(store, key_prefix, rank, size, t->address(), deadline);
+  t->connect(blobs, deadline);
+  log::info("transport: {} connected, {} ranks", t->name(), size);
+  return t;
+}
+
+}  // namespace chorus::bootstrap

@@ -1,0 +1,55 @@
+// How a process learns its place in the job, and how a transport gets
+// connected through the store.
+#pragma once
+
+#include "bootstrap/store.hpp"
+#include "transport/transport.hpp"
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace chorus::bootstrap {
+
+struct LaunchInfo {
+  int rank = 0;
+  int size = 1;
+  std::string store;   // URL for open_store()
+  std::string source;  // which launcher's variables were used, for messages
+};
+
+using EnvLookup = std::function<std::optional<std::string>(const char* name)>;
+
+// Rank, size and store from the environment, first match wins:
+//   CHORUS_RANK, CHORUS_SIZE, CHORUS_STORE
+//   torchrun: RANK, WORLD_SIZE (store tcp://MASTER_ADDR:MASTER_PORT+1, since
+//             torch's own store has MASTER_PORT)
+//   Open MPI: OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE
+//   Hydra/PMI: PMI_RANK, PMI_SIZE
+//   Slurm: SLURM_PROCID, SLURM_NTASKS
+// CHORUS_STORE always wins for the store; without it the launchers other
+// than torchrun need MASTER_ADDR/MASTER_PORT, except that Open MPI on one
+// host gets a file store named after its job. Missing or contradictory
+// variables throw chorus::Error listing what was found and what is needed.
+LaunchInfo launch_info_from_env(const EnvLookup& env);
+LaunchInfo launch_info_from_env();
+
+// CHORUS_TIMEOUT in seconds (default 300): the deadline of every wait.
+double timeout_seconds();
+
+enum class TransportKind { automatic, ucx, tcp };
+// CHORUS_TRANSPORT=auto|ucx|tcp (default auto).
+TransportKind transport_kind_from_env();
+std::string_view to_string(TransportKind kind);
+
+// Creates this rank's transport, publishes its address under
+// `key_prefix`/addr/<rank>, fetches every rank's address in one round trip
+// and connects. With `automatic`, UCX is used when every rank could start it
+// and TCP otherwise, with the reason logged. A timeout names the ranks that
+// never published an address.
+std::unique_ptr<transport::Transport> connect_transport(TransportKind kind, int rank, int size,
+                                                        Store& store, const std::string& key_prefix,
+                                                        transport::Deadline deadline);
+
+}  // namespace chorus::bootstrap

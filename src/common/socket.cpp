@@ -1,0 +1,113 @@
+#include "common/socket.hpp"
+
+#include <chorus/error.hpp>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace chorus::net {
+
+void Fd::reset(int fd) noexcept {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+}
+
+std::uint16_t SocketAddress::port() const noexcept {
+  if (family() == AF_INET6)
+    return ntohs(reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_port);
+  return ntohs(reinterpret_cast<const sockaddr_in*>(&storage)->sin_port);
+}
+
+void SocketAddress::set_port(std::uint16_t port) noexcept {
+  if (family() == AF_INET6)
+    reinterpret_cast<sockaddr_in6*>(&storage)->sin6_port = htons(port);
+  else
+    reinterpret_cast<sockaddr_in*>(&storage)->sin_port = htons(port);
+}
+
+std::string SocketAddress::to_string() const {
+  char text[INET6_ADDRSTRLEN] = "?";
+  if (family() == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_addr, text,
+              sizeof text);
+    return fmt::format("[{}]:{}", text, port());
+  }
+  inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&storage)->sin_addr, text, sizeof text);
+  return fmt::format("{}:{}", text, port());
+}
+
+SocketAddress resolve(const std::string& host_in, std::uint16_t port, const char* what) {
+  std::string host = host_in;
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int rc = getaddrinfo(host.c_str(), nullptr, &hints, &found);
+  if (rc != 0 || found == nullptr)
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("{}: cannot resolve host '{}': {}", what, host_in, gai_strerror(rc)));
+  SocketAddress address;
+  std::memcpy(&address.storage, found->ai_addr, found->ai_addrlen);
+  address.length = static_cast<socklen_t>(found->ai_addrlen);
+  freeaddrinfo(found);
+  address.set_port(port);
+  return address;
+}
+
+std::pair<std::string, std::uint16_t> split_host_port(const std::string& text, const char* what) {
+  const auto colon = text.rfind(':');
+  const bool bracketed = !text.empty() && text.front() == '[';
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size() ||
+      (bracketed && text[colon - 1] != ']') ||
+      (!bracketed && text.find(':') != colon))  // a bare IPv6 address needs brackets
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("{}: '{}' is not host:port (write IPv6 as [addr]:port)", what, text));
+  const std::string port_text = text.substr(colon + 1);
+  char* end = nullptr;
+  const long port = std::strtol(port_text.c_str(), &end, 10);
+  if (*end != '\0' || port < 0 || port > 65535)
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("{}: port '{}' in '{}' is not 0..65535", what, port_text, text));
+  return {text.substr(0, colon), static_cast<std::uint16_t>(port)};
+}
+
+void set_nonblocking(int fd) {
+  const int flags = fcntl(fd, F_GETFL, 0);
+  if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0)
+    throw Error(ErrorCode::transport_error, "fcntl(O_NONBLOCK): " + errno_text(errno));
+}
+
+void set_no_delay(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+Fd listen_on(SocketAddress& address, int backlog) {
+  Fd fd(::socket(address.family(), SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) throw Error(ErrorCode::transport_error, "socket(): " + errno_text(errno));
+  int one = 1;
+  setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::bind(fd.get(), address.get(), address.length) != 0)
+    throw Error(ErrorCode::transport_error,
+                fmt::format("cannot bind {}: {}", address.to_string(), errno_text(errno)));
+  if (::listen(fd.get(), backlog) != 0)
+    throw Error(ErrorCode::transport_error,
+                fmt::format("cannot listen on {}: {}", address.to_string(), errno_text(errno)));
+  address.length = sizeof address.storage;
+  getsockname(fd.get(), address.get(), &address.length);
+  return fd;
+}
+
+}  // namespace chorus::net

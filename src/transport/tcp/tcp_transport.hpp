@@ -1,0 +1,86 @@
+// TCP transport: the fallback that works wherever there is IP.
+//
+// Full mesh of non-blocking sockets under one epoll set; rank i connects to
+// every lower rank and accepts the higher ones. A connection starts with a
+// handshake carrying the job identity (a hash of every rank's address blob)
+// and both ranks, so a stray or stale process is refused and logged.
+//
+// Frames: a 32-byte header (magic, version, type, tag, length, id), checked
+// before any of it is used. Messages up to the eager limit go in one EAGER
+// frame and are received straight into the posted buffer when one is posted
+// (else buffered). Larger ones send RTS; the receiver answers CTS once a
+// matching receive exists (or REJECT when it is too small), and the sender
+// then streams the DATA straight from its buffer into the receiver's. So an
+// unexpected large message costs no memory at the receiver, and a receive
+// never blocks the connection for other tags.
+//
+// Anything malformed closes that connection with a logged reason and fails
+// the requests with that peer; it never crashes the process.
+//
+// Address choice: CHORUS_SOCKET_ADDR (an IPv4 or IPv6 literal), else the
+// first address of the interfaces named by CHORUS_SOCKET_IFNAME (a comma
+// list of prefixes; "^" excludes, "=" matches exactly, as NCCL_SOCKET_IFNAME),
+// else the first up, non-loopback, non-virtual interface, else loopback.
+#pragma once
+
+#include "common/socket.hpp"
+#include "transport/transport.hpp"
+
+#include <deque>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+namespace chorus::transport {
+
+class TcpTransport final : public Transport {
+ public:
+  struct Options {
+    std::size_t eager_limit = 64 * 1024;
+    // SO_SNDBUF/SO_RCVBUF; 0 leaves the kernel's autotuning alone.
+    // CHORUS_SOCKET_BUFFER overrides.
+    int socket_buffer = 0;
+  };
+
+  TcpTransport(int rank, int size, Options options);
+  TcpTransport(int rank, int size) : TcpTransport(rank, size, Options{}) {}
+  ~TcpTransport() override;
+
+  std::string_view name() const noexcept override { return "tcp"; }
+  AddressBlob address() override;
+  void connect(std::span<const AddressBlob> addresses, Deadline deadline) override;
+  RequestPtr isend(int peer, Tag tag, const void* buf, std::size_t bytes) override;
+  RequestPtr irecv(int peer, Tag tag, void* buf, std::size_t bytes) override;
+  bool progress() override;
+  void wait_for_activity(Deadline until) override;
+  void abort(const std::string& reason) override;
+
+  // The address this rank listens on ("127.0.0.1:41234").
+  std::string listen_address() const { return listen_address_.to_string(); }
+
+  struct Peer;  // per-connection state, in tcp_transport.cpp
+
+ private:
+  bool handle_events(int timeout_ms);
+  void accept_strays();
+  bool read_from(Peer& peer);
+  bool write_to(Peer& peer);
+  void on_header(Peer& peer);
+  void on_payload(Peer& peer);
+  void fail_peer(Peer& peer, const std::string& reason);
+  void update_interest(Peer& peer);
+  RequestPtr self_send(Tag tag, const void* buf, std::size_t bytes);
+
+  Options options_;
+  net::SocketAddress listen_address_;
+  net::Fd listener_;
+  net::Fd epoll_;
+  std::uint64_t nonce_;
+  std::uint64_t job_id_ = 0;
+  std::uint64_t next_send_id_ = 1;
+  std::vector<std::unique_ptr<Peer>> peers_;  // by rank; peers_[rank()] handles self-sends
+  std::vector<net::Fd> strays_;               // accepted, not yet identified
+  bool connected_ = false;
+};
+
+}  // namespace chorus::transport

@@ -1,0 +1,43 @@
+// Starts a group of worker processes for a multi-process test, bounds their
+// time, and cleans them up: every process is killed and reaped when the
+// group is destroyed, whatever happened.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace chorus::testing {
+
+struct ProcessResult {
+  int exit_code = -1;  // when it exited
+  int signal = 0;      // when a signal ended it
+  std::string output;  // its stdout and stderr
+  bool timed_out = false;
+};
+
+class ProcessGroup {
+ public:
+  ProcessGroup() = default;
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  // Starts `argv` with the current environment plus `env`.
+  void start(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env);
+  // Waits for all; those still running after `limit` are killed (timed_out).
+  std::vector<ProcessResult> wait(std::chrono::seconds limit);
+
+ private:
+  struct Child {
+    int pid;
+    std::string log_path;
+  };
+  std::vector<Child> children_;
+};
+
+// A process's results, readable in a failure message.
+std::string describe(const std::vector<ProcessResult>& results);
+
+}  // namespace chorus::testing

@@ -1,0 +1,149 @@
+// The conformance scenarios and the failure cases over real processes on
+// loopback, for every transport this build has. The store is served by this
+// test process on a free port; each rank is a transport_worker process.
+#include "bootstrap/tcp_store.hpp"
+#include "common/socket.hpp"
+#include "conformance.hpp"
+#include "process_group.hpp"
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <random>
+#include <string>
+
+namespace chorus {
+namespace {
+
+using testing::ProcessGroup;
+using testing::ProcessResult;
+
+std::vector<std::string> transports() {
+  std::vector<std::string> t = {"tcp"};
+#if defined(CHORUS_HAVE_UCX)
+  t.push_back("ucx");
+#endif
+  return t;
+}
+
+struct Group {
+  bootstrap::StoreServer server{"127.0.0.1", 0};
+  ProcessGroup processes;
+
+  // Starts ranks `first`..`size-1`... of a group of `size` (all by default).
+  void start(const std::string& transport, const std::string& scenario, int size,
+             std::map<std::string, std::string> extra = {}, int started = -1) {
+    for (int r = 0; r < (started < 0 ? size : started); ++r) {
+      std::map<std::string, std::string> env = {
+          {"CHORUS_RANK", std::to_string(r)},  {"CHORUS_SIZE", std::to_string(size)},
+          {"CHORUS_STORE", server.url()},      {"CHORUS_TRANSPORT", transport},
+          {"CHORUS_SOCKET_ADDR", "127.0.0.1"}, {"CHORUS_TIMEOUT", "60"}};
+      for (const auto& [k, v] : extra) env[k] = v;
+      processes.start({CHORUS_TRANSPORT_WORKER, scenario}, env);
+    }
+  }
+};
+
+void expect_all_passed(const std::vector<ProcessResult>& results) {
+  bool ok = true;
+  for (const auto& r : results) ok = ok && !r.timed_out && r.signal == 0 && r.exit_code == 0;
+  EXPECT_TRUE(ok) << testing::describe(results);
+}
+
+struct Case {
+  std::string transport, scenario;
+  int size;
+};
+
+class MultiProcess : public ::testing::TestWithParam<Case> {};
+
+TEST_P(MultiProcess, Conformance) {
+  Group g;
+  g.start(GetParam().transport, GetParam().scenario, GetParam().size);
+  expect_all_passed(g.processes.wait(std::chrono::seconds(120)));
+}
+
+std::vector<Case> conformance_cases() {
+  std::vector<Case> cases;
+  for (const auto& t : transports())
+    for (const auto& s : conformance::scenarios())
+      for (int size : {2, 3, 4}) cases.push_back({t, s.name, size});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Scenarios, MultiProcess, ::testing::ValuesIn(conformance_cases()),
+                         [](const auto& info) {
+                           return info.param.transport + "_" + info.param.scenario + "_p" +
+                                  std::to_string(info.param.size);
+                         });
+
+class MultiProcessFailure : public ::testing::TestWithParam<std::string> {};
+
+// The last rank raises SIGKILL in the middle of large transfers; every other
+// rank's pending requests with it fail within 5 s naming it (checked inside
+// the workers), and they exit cleanly.
+TEST_P(MultiProcessFailure, KilledPeerFailsSurvivorsPromptly) {
+  for (int size : {2, 3, 4}) {
+    SCOPED_TRACE("size " + std::to_string(size));
+    Group g;
+    g.start(GetParam(), "peer_death", size);
+    const auto results = g.processes.wait(std::chrono::seconds(60));
+    bool ok = results.back().signal == SIGKILL;
+    for (std::size_t r = 0; r + 1 < results.size(); ++r)
+      ok = ok && !results[r].timed_out && results[r].exit_code == 0;
+    EXPECT_TRUE(ok) << testing::describe(results);
+  }
+}
+
+// Only ranks 0 and 1 of 3 start: both fail at the deadline naming rank 2.
+TEST_P(MultiProcessFailure, StoreDeadlineNamesTheMissingRank) {
+  Group g;
+  g.start(GetParam(), "sizes_small_to_large", 3, {{"CHORUS_TIMEOUT", "2"}}, 2);
+  const auto results = g.processes.wait(std::chrono::seconds(30));
+  for (const auto& r : results) {
+    EXPECT_EQ(r.exit_code, 1) << testing::describe(results);
+    EXPECT_NE(r.output.find("ranks 2 of 3 never arrived at the store tcp://127.0.0.1:"),
+              std::string::npos)
+        << testing::describe(results);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, MultiProcessFailure, ::testing::ValuesIn(transports()));
+
+// Random bytes sent to a rank's TCP port: that connection is refused with a
+// logged reason, and the ranks go on working.
+TEST(TcpTransport, GarbageOnThePortIsRefusedAndTheRankStaysHealthy) {
+  Group g;
+  g.start("tcp", "stray_connection", 2);
+  auto deadline = transport::deadline_after(30);
+  bootstrap::TcpStore client("127.0.0.1", g.server.port(), deadline);
+  const std::string key[] = {"test/listen"};
+  const auto listen = bootstrap::to_string(client.get(key, deadline)[0]);
+  auto [host, port] = net::split_host_port(listen, "test");
+  const auto address = net::resolve(host, port, "test");
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    net::Fd fd(::socket(address.family(), SOCK_STREAM, 0));
+    ASSERT_EQ(::connect(fd.get(), address.get(), address.length), 0);
+    std::mt19937 rng(attempt);
+    std::vector<unsigned char> junk(4096);
+    for (auto& b : junk) b = static_cast<unsigned char>(rng());
+    ASSERT_GT(::send(fd.get(), junk.data(), junk.size(), MSG_NOSIGNAL), 0);
+  }
+  client.set("test/garbage_sent", bootstrap::to_bytes("1"), deadline);
+  const auto results = g.processes.wait(std::chrono::seconds(60));
+  expect_all_passed(results);
+  EXPECT_NE(results[0].output.find("refused a connection"), std::string::npos)
+      << testing::describe(results);
+}
+
+TEST(TcpTransport, WorksOverIpv6Loopback) {
+  net::Fd probe(::socket(AF_INET6, SOCK_STREAM, 0));
+  if (!probe) GTEST_SKIP() << "no IPv6 on this machine";
+  Group g;
+  g.start("tcp", "sizes_small_to_large", 3, {{"CHORUS_SOCKET_ADDR", "::1"}});
+  expect_all_passed(g.processes.wait(std::chrono::seconds(60)));
+}
+
+}  // namespace
+}  // namespace chorus
