@@ -1,0 +1,290 @@
+#include "transport/ucx/ucx_transport.hpp"
+
+#include "common/logging.hpp"
+
+#include <fmt/format.h>
+#include <poll.h>
+#include <ucp/api/ucp.h>
+
+#include <cstdlib>
+#include <list>
+
+namespace chorus::transport {
+namespace {
+
+constexpr int kRankShift = kTagBits;
+constexpr ucp_tag_t kFullMask = ~ucp_tag_t{0};
+
+ucp_tag_t ucx_tag(int source, Tag tag) {
+  return (static_cast<ucp_tag_t>(source) << kRankShift) | tag;
+}
+
+Error ucx_error(const std::string& what, ucs_status_t status) {
+  return Error(ErrorCode::transport_error,
+               fmt::format("UCX {}: {}", what, ucs_status_string(status)));
+}
+
+// What a UCX request completes into; owned by the transport until UCX calls
+// back (or the request is cancelled and then calls back).
+struct Pending {
+  RequestPtr request;
+  class UcxTransport::State* state;
+  int peer;
+  std::size_t capacity;
+  void* ucx = nullptr;  // the UCX request handle while in flight
+  std::list<Pending*>::iterator where;
+};
+
+}  // namespace
+
+struct UcxTransport::State {
+  int rank = 0;
+  ucp_context_h context = nullptr;
+  ucp_worker_h worker = nullptr;
+  int event_fd = -1;
+  std::vector<ucp_ep_h> endpoints;
+  struct Peer {
+    bool dead = false;
+    std::string reason;
+  };
+  std::vector<Peer> peers;
+  std::vector<std::unique_ptr<std::pair<State*, int>>> handler_args;
+  std::list<Pending*> receives;  // in flight, for cancelling when a peer dies
+  std::size_t completions = 0;   // bumped by callbacks, read by progress()
+
+  void finish(Pending* p, ucs_status_t status, std::size_t length) {
+    ++completions;
+    if (!p->request->is_send()) receives.erase(p->where);
+    const int peer = p->peer;
+    if (status == UCS_OK) {
+      p->request->complete(length);
+    } else if (status == UCS_ERR_MESSAGE_TRUNCATED) {
+      p->request->fail(ErrorCode::invalid_argument,
+                       truncation_message(rank, peer, p->request->tag(), length, p->capacity));
+    } else if (peers[static_cast<std::size_t>(peer)].dead) {
+      p->request->fail(
+          ErrorCode::peer_failure,
+          fmt::format("rank {}: {}", rank, peers[static_cast<std::size_t>(peer)].reason));
+    } else {
+      p->request->fail(ErrorCode::peer_failure,
+                       fmt::format("rank {}: {} failed: {}", rank, p->request->describe(),
+                                   ucs_status_string(status)));
+    }
+    if (p->ucx) ucp_request_free(p->ucx);
+    delete p;
+  }
+
+  void fail_peer(int peer, const std::string& reason) {
+    auto& state = peers[static_cast<std::size_t>(peer)];
+    if (state.dead) return;
+    state.dead = true;
+    state.reason = reason;
+    log::warn("ucx: rank {}: {}", rank, reason);
+    // Sends to it are failed by UCX; receives from it must be cancelled.
+    std::vector<Pending*> doomed;
+    for (Pending* p : receives)
+      if (p->peer == peer && p->ucx) doomed.push_back(p);
+    for (Pending* p : doomed) ucp_request_cancel(worker, p->ucx);
+  }
+};
+
+namespace {
+
+void on_send(void* ucx_request, ucs_status_t status, void* user) {
+  auto* p = static_cast<Pending*>(user);
+  p->ucx = ucx_request;
+  p->state->finish(p, status, 0);
+}
+
+void on_receive(void* ucx_request, ucs_status_t status, const ucp_tag_recv_info_t* info,
+                void* user) {
+  auto* p = static_cast<Pending*>(user);
+  p->ucx = ucx_request;
+  p->state->finish(p, status, info ? info->length : 0);
+}
+
+void on_endpoint_error(void* arg, ucp_ep_h, ucs_status_t status) {
+  auto* a = static_cast<std::pair<UcxTransport::State*, int>*>(arg);
+  a->first->fail_peer(a->second, fmt::format("connection to rank {} failed ({}): it died or left",
+                                             a->second, ucs_status_string(status)));
+}
+
+void default_env(const char* name, const char* value) { setenv(name, value, 0); }
+
+}  // namespace
+
+UcxTransport::UcxTransport(int rank, int size)
+    : Transport(rank, size), state_(std::make_unique<State>()) {
+  State& s = *state_;
+  s.rank = rank;
+  s.peers.resize(static_cast<std::size_t>(size));
+  // Peer-failure detection within seconds, with shared memory kept usable.
+  default_env("UCX_KEEPALIVE_INTERVAL", "1s");
+  default_env("UCX_POSIX_ERROR_HANDLING", "y");
+  default_env("UCX_SYSV_ERROR_HANDLING", "y");
+  ucp_config_t* config = nullptr;
+  ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
+  if (st != UCS_OK) throw ucx_error("config", st);
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+  st = ucp_init(&params, config, &s.context);
+  ucp_config_release(config);
+  if (st != UCS_OK) throw ucx_error("init", st);
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+  st = ucp_worker_create(s.context, &wp, &s.worker);
+  if (st != UCS_OK) {
+    ucp_cleanup(s.context);
+    throw ucx_error("worker", st);
+  }
+  st = ucp_worker_get_efd(s.worker, &s.event_fd);
+  if (st != UCS_OK) {
+    ucp_worker_destroy(s.worker);
+    ucp_cleanup(s.context);
+    throw ucx_error("event fd", st);
+  }
+}
+
+UcxTransport::~UcxTransport() {
+  State& s = *state_;
+  std::vector<Pending*> pending(s.receives.begin(), s.receives.end());
+  for (Pending* p : pending)
+    if (p->ucx) ucp_request_cancel(s.worker, p->ucx);
+  for (ucp_ep_h ep : s.endpoints) {
+    if (!ep) continue;
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    void* req = ucp_ep_close_nbx(ep, &param);
+    if (UCS_PTR_IS_PTR(req)) {
+      const auto until = Clock::now() + std::chrono::seconds(2);
+      while (ucp_request_check_status(req) == UCS_INPROGRESS && Clock::now() < until)
+        ucp_worker_progress(s.worker);
+      ucp_request_free(req);
+    }
+  }
+  while (ucp_worker_progress(s.worker) != 0) {
+  }
+  ucp_worker_destroy(s.worker);
+  ucp_cleanup(s.context);
+}
+
+AddressBlob UcxTransport::address() {
+  ucp_address_t* address = nullptr;
+  std::size_t length = 0;
+  const ucs_status_t st = ucp_worker_get_address(state_->worker, &address, &length);
+  if (st != UCS_OK) throw ucx_error("worker address", st);
+  const auto* p = reinterpret_cast<const std::byte*>(address);
+  AddressBlob blob(p, p + length);
+  ucp_worker_release_address(state_->worker, address);
+  return blob;
+}
+
+void UcxTransport::connect(std::span<const AddressBlob> addresses, Deadline) {
+  State& s = *state_;
+  if (addresses.size() != static_cast<std::size_t>(size()))
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("ucx connect: {} addresses for {} ranks", addresses.size(), size()));
+  s.endpoints.assign(addresses.size(), nullptr);
+  for (int r = 0; r < size(); ++r) {
+    s.handler_args.push_back(std::make_unique<std::pair<State*, int>>(&s, r));
+    ucp_ep_params_t ep{};
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.address =
+        reinterpret_cast<const ucp_address_t*>(addresses[static_cast<std::size_t>(r)].data());
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = on_endpoint_error;
+    ep.err_handler.arg = s.handler_args.back().get();
+    const ucs_status_t st = ucp_ep_create(s.worker, &ep, &s.endpoints[static_cast<std::size_t>(r)]);
+    if (st != UCS_OK)
+      throw ucx_error(fmt::format("endpoint to rank {} (is its address a UCX address?)", r), st);
+  }
+}
+
+RequestPtr UcxTransport::isend(int peer, Tag tag, const void* buf, std::size_t bytes) {
+  check_message("isend", peer, tag, buf, bytes);
+  State& s = *state_;
+  auto request = std::make_shared<Request>(true, peer, tag, bytes);
+  if (s.endpoints.empty() || s.peers[static_cast<std::size_t>(peer)].dead) {
+    request->fail(
+        ErrorCode::peer_failure,
+        fmt::format("rank {}: cannot send to rank {}: {}", rank(), peer,
+                    s.endpoints.empty() ? "the transport is not connected"
+                                        : s.peers[static_cast<std::size_t>(peer)].reason));
+    return request;
+  }
+  auto* p = new Pending{request, &s, peer, bytes, nullptr, {}};
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.cb.send = on_send;
+  param.user_data = p;
+  void* r = ucp_tag_send_nbx(s.endpoints[static_cast<std::size_t>(peer)], buf, bytes,
+                             ucx_tag(rank(), tag), &param);
+  if (r == nullptr) {
+    s.finish(p, UCS_OK, 0);
+  } else if (UCS_PTR_IS_ERR(r)) {
+    s.finish(p, UCS_PTR_STATUS(r), 0);
+  } else {
+    p->ucx = r;
+  }
+  return request;
+}
+
+RequestPtr UcxTransport::irecv(int peer, Tag tag, void* buf, std::size_t bytes) {
+  check_message("irecv", peer, tag, buf, bytes);
+  State& s = *state_;
+  auto request = std::make_shared<Request>(false, peer, tag, bytes);
+  if (s.peers[static_cast<std::size_t>(peer)].dead) {
+    request->fail(ErrorCode::peer_failure,
+                  fmt::format("rank {}: cannot receive from rank {}: {}", rank(), peer,
+                              s.peers[static_cast<std::size_t>(peer)].reason));
+    return request;
+  }
+  auto* p = new Pending{request, &s, peer, bytes, nullptr, {}};
+  p->where = s.receives.insert(s.receives.end(), p);
+  ucp_tag_recv_info_t info{};
+  ucp_request_param_t param{};
+  param.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_RECV_INFO;
+  param.cb.recv = on_receive;
+  param.user_data = p;
+  param.recv_info.tag_info = &info;
+  void* r = ucp_tag_recv_nbx(s.worker, buf, bytes, ucx_tag(peer, tag), kFullMask, &param);
+  if (r == nullptr) {
+    s.finish(p, UCS_OK, info.length);  // completed at once; no callback comes
+  } else if (UCS_PTR_IS_ERR(r)) {
+    s.finish(p, UCS_PTR_STATUS(r), 0);
+  } else if (request->done()) {
+    ucp_request_free(r);  // the callback already ran inside the call
+  } else {
+    p->ucx = r;
+  }
+  return request;
+}
+
+bool UcxTransport::progress() {
+  State& s = *state_;
+  const std::size_t before = s.completions;
+  const unsigned n = ucp_worker_progress(s.worker);
+  return n > 0 || s.completions != before;
+}
+
+void UcxTransport::wait_for_activity(Deadline until) {
+  State& s = *state_;
+  if (ucp_worker_arm(s.worker) == UCS_ERR_BUSY) return;  // events are waiting already
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+  pollfd p{s.event_fd, POLLIN, 0};
+  ::poll(&p, 1, static_cast<int>(std::clamp<long>(left.count() + 1, 0, 1000)));
+}
+
+void UcxTransport::abort(const std::string& reason) {
+  State& s = *state_;
+  for (int r = 0; r < size(); ++r)
+    s.fail_peer(r, fmt::format("rank {} aborted: {}", rank(), reason));
+  for (int i = 0; i < 100; ++i) ucp_worker_progress(s.worker);
+}
+
+}  // namespace chorus::transport

@@ -1,0 +1,45 @@
+// UCX transport: the fast path. One UCP context and worker per transport,
+// one endpoint per peer created from the peers' worker addresses (the
+// address blob), tag send/receive with the sender's rank in the top 24 bits
+// of the UCX tag (UCX matches on tags alone). UCX picks the wire: shared
+// memory and CMA on one host, TCP or RDMA verbs across hosts; UCX_TLS,
+// UCX_NET_DEVICES and friends pass through untouched.
+//
+// Failure: endpoints use UCP_ERR_HANDLING_MODE_PEER, so a dead peer fails
+// the sends to it; its pending receives are cancelled and failed by the
+// error handler. Unless the user set them, UCX_KEEPALIVE_INTERVAL is 1 s
+// (detection within seconds, not UCX's default 20) and
+// UCX_POSIX_ERROR_HANDLING / UCX_SYSV_ERROR_HANDLING are on, so that shared
+// memory stays usable with peer error handling.
+//
+// Waiting: wait_for_activity arms the worker and sleeps on its event fd, so
+// oversubscribed ranks do not burn each other's cores.
+#pragma once
+
+#include "transport/transport.hpp"
+
+#include <memory>
+
+namespace chorus::transport {
+
+class UcxTransport final : public Transport {
+ public:
+  UcxTransport(int rank, int size);
+  ~UcxTransport() override;
+
+  std::string_view name() const noexcept override { return "ucx"; }
+  AddressBlob address() override;
+  void connect(std::span<const AddressBlob> addresses, Deadline deadline) override;
+  RequestPtr isend(int peer, Tag tag, const void* buf, std::size_t bytes) override;
+  RequestPtr irecv(int peer, Tag tag, void* buf, std::size_t bytes) override;
+  bool progress() override;
+  void wait_for_activity(Deadline until) override;
+  void abort(const std::string& reason) override;
+
+  struct State;  // UCP handles and per-peer bookkeeping, in ucx_transport.cpp
+
+ private:
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace chorus::transport
