@@ -146,7 +146,10 @@ RequestPtr LocalTransport::irecv(int peer, Tag tag, void* buf, std::size_t bytes
     if (it->source != peer || it->tag != tag) continue;
     ArrivedMessage message = std::move(*it);
     mine.arrived.erase(it);
-    lock.unlock();
+    // A message left at the sender is copied while we still hold our lock: a
+    // sender that leaves sweeps our mailbox under it, so it cannot return
+    // (and free its buffer) in the middle of this copy.
+    if (!message.send_request) lock.unlock();
     if (message.bytes > bytes) {
       request->fail(ErrorCode::invalid_argument,
                     truncation_message(rank(), peer, tag, message.bytes, bytes));
@@ -157,6 +160,7 @@ RequestPtr LocalTransport::irecv(int peer, Tag tag, void* buf, std::size_t bytes
     if (request->state() == Request::State::pending) request->complete(message.bytes);
     if (message.send_request) {
       message.send_request->complete();
+      lock.unlock();
       theirs.notify();
     }
     return request;

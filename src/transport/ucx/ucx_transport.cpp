@@ -49,12 +49,12 @@ struct UcxTransport::State {
   };
   std::vector<Peer> peers;
   std::vector<std::unique_ptr<std::pair<State*, int>>> handler_args;
-  std::list<Pending*> receives;  // in flight, for cancelling when a peer dies
+  std::list<Pending*> inflight;  // sends and receives UCX still holds
   std::size_t completions = 0;   // bumped by callbacks, read by progress()
 
   void finish(Pending* p, ucs_status_t status, std::size_t length) {
     ++completions;
-    if (!p->request->is_send()) receives.erase(p->where);
+    inflight.erase(p->where);
     const int peer = p->peer;
     if (status == UCS_OK) {
       p->request->complete(length);
@@ -80,11 +80,21 @@ struct UcxTransport::State {
     state.dead = true;
     state.reason = reason;
     log::warn("ucx: rank {}: {}", rank, reason);
-    // Sends to it are failed by UCX; receives from it must be cancelled.
-    std::vector<Pending*> doomed;
-    for (Pending* p : receives)
-      if (p->peer == peer && p->ucx) doomed.push_back(p);
-    for (Pending* p : doomed) ucp_request_cancel(worker, p->ucx);
+    // UCX fails unmatched work with it, but not a receive whose rendezvous
+    // had begun, and it cannot match receives to a peer: cancel what can be
+    // cancelled, and fail every request with the peer here and now. (A
+    // request ends once; UCX's late callback for it changes nothing.)
+    const std::string message = fmt::format("rank {}: {}", rank, reason);
+    std::vector<void*> to_cancel;
+    for (Pending* p : inflight) {
+      if (p->peer != peer) continue;
+      p->request->fail(ErrorCode::peer_failure, message);
+      if (!p->request->is_send() && p->ucx) to_cancel.push_back(p->ucx);
+    }
+    // Cancelling runs the callback at once, which frees its Pending: no
+    // iteration over `inflight` may be open here.
+    for (void* handle : to_cancel) ucp_request_cancel(worker, handle);
+    ++completions;
   }
 };
 
@@ -119,7 +129,7 @@ UcxTransport::UcxTransport(int rank, int size)
   s.rank = rank;
   s.peers.resize(static_cast<std::size_t>(size));
   // Peer-failure detection within seconds, with shared memory kept usable.
-  default_env("UCX_KEEPALIVE_INTERVAL", "1s");
+  default_env("UCX_KEEPALIVE_INTERVAL", "250ms");
   default_env("UCX_POSIX_ERROR_HANDLING", "y");
   default_env("UCX_SYSV_ERROR_HANDLING", "y");
   ucp_config_t* config = nullptr;
@@ -149,9 +159,9 @@ UcxTransport::UcxTransport(int rank, int size)
 
 UcxTransport::~UcxTransport() {
   State& s = *state_;
-  std::vector<Pending*> pending(s.receives.begin(), s.receives.end());
+  std::vector<Pending*> pending(s.inflight.begin(), s.inflight.end());
   for (Pending* p : pending)
-    if (p->ucx) ucp_request_cancel(s.worker, p->ucx);
+    if (p->ucx && !p->request->is_send()) ucp_request_cancel(s.worker, p->ucx);
   for (ucp_ep_h ep : s.endpoints) {
     if (!ep) continue;
     ucp_request_param_t param{};
@@ -217,6 +227,7 @@ RequestPtr UcxTransport::isend(int peer, Tag tag, const void* buf, std::size_t b
     return request;
   }
   auto* p = new Pending{request, &s, peer, bytes, nullptr, {}};
+  p->where = s.inflight.insert(s.inflight.end(), p);
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param.cb.send = on_send;
@@ -244,7 +255,7 @@ RequestPtr UcxTransport::irecv(int peer, Tag tag, void* buf, std::size_t bytes) 
     return request;
   }
   auto* p = new Pending{request, &s, peer, bytes, nullptr, {}};
-  p->where = s.receives.insert(s.receives.end(), p);
+  p->where = s.inflight.insert(s.inflight.end(), p);
   ucp_tag_recv_info_t info{};
   ucp_request_param_t param{};
   param.op_attr_mask =
@@ -277,7 +288,12 @@ void UcxTransport::wait_for_activity(Deadline until) {
   if (ucp_worker_arm(s.worker) == UCS_ERR_BUSY) return;  // events are waiting already
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
   pollfd p{s.event_fd, POLLIN, 0};
-  ::poll(&p, 1, static_cast<int>(std::clamp<long>(left.count() + 1, 0, 1000)));
+  if (::poll(&p, 1, static_cast<int>(std::clamp<long>(left.count() + 1, 0, 1000))) == 0) {
+    // Nothing woke us. UCX checks its keepalive timers only every few dozen
+    // progress calls, so a sleeping rank must make them, or it would not
+    // notice a dead peer for many seconds.
+    for (int i = 0; i < 64; ++i) ucp_worker_progress(s.worker);
+  }
 }
 
 void UcxTransport::abort(const std::string& reason) {

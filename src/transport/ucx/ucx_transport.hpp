@@ -7,7 +7,7 @@
 //
 // Failure: endpoints use UCP_ERR_HANDLING_MODE_PEER, so a dead peer fails
 // the sends to it; its pending receives are cancelled and failed by the
-// error handler. Unless the user set them, UCX_KEEPALIVE_INTERVAL is 1 s
+// error handler. Unless the user set them, UCX_KEEPALIVE_INTERVAL is 0.25 s
 // (detection within seconds, not UCX's default 20) and
 // UCX_POSIX_ERROR_HANDLING / UCX_SYSV_ERROR_HANDLING are on, so that shared
 // memory stays usable with peer error handling.

@@ -1,0 +1,215 @@
+// Rank/size/store detection from launcher variables, and the two stores.
+#include "bootstrap/file_store.hpp"
+#include "bootstrap/launch.hpp"
+#include "bootstrap/tcp_store.hpp"
+#include "common/socket.hpp"
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+#include <thread>
+
+namespace chorus::bootstrap {
+namespace {
+
+LaunchInfo from(const std::map<std::string, std::string>& vars) {
+  return launch_info_from_env([&](const char* name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  });
+}
+
+std::string error_of(const std::map<std::string, std::string>& vars) {
+  try {
+    from(vars);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    return e.what();
+  }
+  ADD_FAILURE() << "no error";
+  return "";
+}
+
+TEST(LaunchInfo, ChorusVariablesComeFirst) {
+  auto info = from({{"CHORUS_RANK", "2"},
+                    {"CHORUS_SIZE", "4"},
+                    {"CHORUS_STORE", "tcp://h:5"},
+                    {"RANK", "2"},
+                    {"WORLD_SIZE", "4"}});
+  EXPECT_EQ(info.rank, 2);
+  EXPECT_EQ(info.size, 4);
+  EXPECT_EQ(info.store, "tcp://h:5");
+}
+
+TEST(LaunchInfo, TorchrunUsesTheNextPortAfterMasterPort) {
+  auto info = from(
+      {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "10.1.2.3"}, {"MASTER_PORT", "29500"}});
+  EXPECT_EQ(info.rank, 1);
+  EXPECT_EQ(info.store, "tcp://10.1.2.3:29501");
+  EXPECT_EQ(from({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "::1"}, {"MASTER_PORT", "7"}})
+                .store,
+            "tcp://[::1]:8");
+}
+
+TEST(LaunchInfo, OpenMpiPmiAndSlurm) {
+  EXPECT_EQ(from({{"OMPI_COMM_WORLD_RANK", "3"},
+                  {"OMPI_COMM_WORLD_SIZE", "4"},
+                  {"CHORUS_STORE", "file:///s"}})
+                .rank,
+            3);
+  // Open MPI with every rank on this host needs no store variable.
+  EXPECT_EQ(from({{"OMPI_COMM_WORLD_RANK", "0"},
+                  {"OMPI_COMM_WORLD_SIZE", "2"},
+                  {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                  {"PMIX_NAMESPACE", "job7"}})
+                .store,
+            "file:///tmp/chorus-job7");
+  EXPECT_EQ(from({{"PMI_RANK", "1"}, {"PMI_SIZE", "3"}, {"CHORUS_STORE", "tcp://a:1"}}).size, 3);
+  EXPECT_EQ(from({{"SLURM_PROCID", "5"},
+                  {"SLURM_NTASKS", "8"},
+                  {"MASTER_ADDR", "n1"},
+                  {"MASTER_PORT", "100"}})
+                .rank,
+            5);
+}
+
+TEST(LaunchInfo, MissingOrContradictoryVariablesSayWhatWasFound) {
+  auto none = error_of({});
+  EXPECT_NE(none.find("none of them is set"), std::string::npos) << none;
+  auto half = error_of({{"CHORUS_RANK", "1"}});
+  EXPECT_NE(half.find("CHORUS_RANK is set but CHORUS_SIZE is not"), std::string::npos) << half;
+  auto range = error_of({{"CHORUS_RANK", "4"}, {"CHORUS_SIZE", "4"}, {"CHORUS_STORE", "x"}});
+  EXPECT_NE(range.find("CHORUS_RANK=4 and CHORUS_SIZE=4"), std::string::npos) << range;
+  auto clash = error_of({{"CHORUS_RANK", "1"},
+                         {"CHORUS_SIZE", "4"},
+                         {"OMPI_COMM_WORLD_RANK", "1"},
+                         {"OMPI_COMM_WORLD_SIZE", "2"},
+                         {"CHORUS_STORE", "x"}});
+  EXPECT_NE(clash.find("says rank 1 of 4, but Open MPI"), std::string::npos) << clash;
+  auto no_store = error_of({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}});
+  EXPECT_NE(no_store.find("there is no store"), std::string::npos) << no_store;
+  EXPECT_NE(no_store.find("SLURM_PROCID=0"), std::string::npos) << no_store;
+}
+
+// ---- the stores: the same behaviour from both ------------------------------------
+
+struct StoreFixture {
+  virtual ~StoreFixture() = default;
+  virtual std::unique_ptr<Store> client() = 0;
+};
+struct TcpFixture : StoreFixture {
+  StoreServer server{"127.0.0.1", 0};
+  std::unique_ptr<Store> client() override {
+    return std::make_unique<TcpStore>("127.0.0.1", server.port(), transport::deadline_after(10));
+  }
+};
+struct FileFixture : StoreFixture {
+  std::string dir = "/tmp/chorus-store-test-" + std::to_string(getpid()) + "-" +
+                    std::to_string(reinterpret_cast<std::uintptr_t>(this));
+  ~FileFixture() override { std::filesystem::remove_all(dir); }
+  std::unique_ptr<Store> client() override { return std::make_unique<FileStore>(dir); }
+};
+
+class StoreTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == "tcp")
+      fixture_ = std::make_unique<TcpFixture>();
+    else
+      fixture_ = std::make_unique<FileFixture>();
+  }
+  std::unique_ptr<StoreFixture> fixture_;
+};
+
+TEST_P(StoreTest, GetWaitsForEveryKeyThenReturnsThemInOrder) {
+  auto a = fixture_->client(), b = fixture_->client();
+  std::thread setter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    b->set("k/2", to_bytes("two"), transport::deadline_after(5));
+    b->set("k/1", to_bytes(std::string("o\0ne", 4)), transport::deadline_after(5));
+  });
+  const std::string keys[] = {"k/1", "k/2"};
+  auto values = a->get(keys, transport::deadline_after(10));
+  setter.join();
+  ASSERT_EQ(values.size(), 2u);
+  EXPECT_EQ(to_string(values[0]), std::string("o\0ne", 4));
+  EXPECT_EQ(to_string(values[1]), "two");
+}
+
+TEST_P(StoreTest, TimeoutNamesTheMissingKeys) {
+  auto a = fixture_->client();
+  a->set("present", to_bytes("x"), transport::deadline_after(5));
+  const std::string keys[] = {"present", "absent/1", "absent/2"};
+  try {
+    a->get(keys, transport::deadline_after(0.3));
+    FAIL() << "no timeout";
+  } catch (const StoreTimeout& e) {
+    EXPECT_EQ(e.missing(), (std::vector<std::string>{"absent/1", "absent/2"}));
+    EXPECT_NE(std::string(e.what()).find("absent/1, absent/2"), std::string::npos) << e.what();
+  }
+}
+
+TEST_P(StoreTest, AddAndBarrierFromManyClients) {
+  constexpr int n = 6;
+  std::vector<std::thread> threads;
+  std::atomic<int> passed{0};
+  for (int i = 0; i < n; ++i)
+    threads.emplace_back([&] {
+      auto s = fixture_->client();
+      s->add("counter", 5, transport::deadline_after(10));
+      s->barrier("b", n, transport::deadline_after(10));
+      ++passed;
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(passed, n);
+  EXPECT_EQ(fixture_->client()->add("counter", 0, transport::deadline_after(5)), 5 * n);
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores, StoreTest, ::testing::Values("tcp", "file"));
+
+TEST(TcpStore, ServerSurvivesGarbageAndKeepsServing) {
+  StoreServer server("127.0.0.1", 0);
+  {
+    const auto address = net::resolve("127.0.0.1", server.port(), "test");
+    net::Fd fd(::socket(AF_INET, SOCK_STREAM, 0));
+    ASSERT_EQ(::connect(fd.get(), address.get(), address.length), 0);
+    const char junk[] = "\x10\x00\x00\x00GARBAGE GARBAGE!\xff\xff\xff\xff";
+    ::send(fd.get(), junk, sizeof junk, MSG_NOSIGNAL);
+  }
+  TcpStore store("127.0.0.1", server.port(), transport::deadline_after(5));
+  store.set("k", to_bytes("v"), transport::deadline_after(5));
+  const std::string keys[] = {"k"};
+  EXPECT_EQ(to_string(store.get(keys, transport::deadline_after(5))[0]), "v");
+}
+
+TEST(TcpStore, UnreachableStoreIsATimeoutThatSaysWhere) {
+  // A port nobody listens on: bind one, then close it.
+  net::SocketAddress a = net::resolve("127.0.0.1", 0, "test");
+  std::uint16_t port;
+  {
+    auto fd = net::listen_on(a);
+    port = a.port();
+  }
+  try {
+    TcpStore store("127.0.0.1", port, transport::deadline_after(0.3));
+    FAIL() << "connected to nothing";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::timeout);
+    EXPECT_NE(std::string(e.what()).find("cannot reach the store at tcp://127.0.0.1:"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(OpenStore, RejectsUnknownSchemesAndRankZeroWithoutAPort) {
+  EXPECT_THROW(open_store("redis://x:1", false, transport::deadline_after(1)), Error);
+  EXPECT_THROW(open_store("tcp://127.0.0.1:0", true, transport::deadline_after(1)), Error);
+  EXPECT_THROW(open_store("file://relative/dir", false, transport::deadline_after(1)), Error);
+}
+
+}  // namespace
+}  // namespace chorus::bootstrap
