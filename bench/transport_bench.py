@@ -6,9 +6,13 @@ beside its baseline measured in the same run:
            default mode and with -e (endpoints with error handling, under the
            same UCX settings Chorus uses, which is the like-for-like case:
            Chorus needs error handling to turn a dead peer into an error)
-  tcp  vs  a minimal blocking-socket ping-pong (transport_pingpong --transport socket)
+  tcp  vs  a minimal blocking-socket ping-pong (transport_pingpong --transport
+           socket), and beside it the same with polling non-blocking calls
+           (socket-spin), since Chorus polls briefly before it sleeps
 
-Trials alternate transport and baseline; the table shows medians and the
+Each side is pinned to a core of its own (taskset), ours and the
+baselines alike, so that the scheduler does not stack both on one core in
+some trials and not others. Trials alternate transport and baseline; the table shows medians and the
 ratio (latency: ours / baseline, lower is better; bandwidth: ours / baseline,
 higher is better) against the targets of the transport issue.
 
@@ -34,8 +38,9 @@ def pingpong(binary, transport, test, size, iters):
                CHORUS_SOCKET_ADDR="127.0.0.1")
     cmd = [binary, "--transport", transport, "--test", test, "--size", str(size),
            "--iters", str(iters)]
-    procs = [subprocess.Popen(cmd, env=dict(env, CHORUS_RANK=str(r)), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+    procs = [subprocess.Popen(pin(r) + cmd, env=dict(env, CHORUS_RANK=str(r)),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in (0, 1)]
     try:
         outs = [p.communicate(timeout=300) for p in procs]
     finally:
@@ -46,6 +51,14 @@ def pingpong(binary, transport, test, size, iters):
         if p.returncode != 0:
             sys.exit(f"{' '.join(cmd)} failed: {err.strip()}")
     return float(outs[0][0].split()[1])
+
+
+def pin(side):
+    """taskset prefix putting side 0 and side 1 on different cores."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2 or not shutil.which("taskset"):
+        return []
+    return ["taskset", "-c", str(cores[side])]
 
 
 def free_port():
@@ -63,12 +76,13 @@ def perftest(test, size, iters, error_handling=False):
     port = str(free_port())
     flags = ["-e"] if error_handling else []
     env = dict(CHORUS_UCX_ENV, **os.environ) if error_handling else None
-    server = subprocess.Popen(["ucx_perftest", "-p", port] + flags, stdout=subprocess.DEVNULL,
+    server = subprocess.Popen(pin(1) + ["ucx_perftest", "-p", port] + flags,
+                              stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, env=env)
     try:
         for _ in range(100):  # until the server listens
             client = subprocess.run(
-                ["ucx_perftest", "127.0.0.1", "-p", port, "-t", "tag_" + test, "-s", str(size),
+                pin(0) + ["ucx_perftest", "127.0.0.1", "-p", port, "-t", "tag_" + test, "-s", str(size),
                  "-n", str(iters), "-f"] + flags, capture_output=True, text=True, timeout=300,
                 env=env)
             if client.returncode == 0:
@@ -99,7 +113,8 @@ def main():
     print(f"# {args.trials} alternating trials each; medians. latency: one-way us (half the "
           f"round trip); bandwidth: MiB/s")
     print(f"{'transport':9} {'test':18} {'chorus':>10} {'baseline':>10}  {'ratio':>6}  "
-          f"{'target':15} {'baseline -e':>11} {'ratio':>6}  baseline")
+          f"{'target':15} {'2nd base':>11} {'ratio':>6}  baseline; 2nd: ucx_perftest -e or "
+          f"socket-spin")
     for transport, baseline_name in (("ucx", "ucx_perftest"), ("tcp", "blocking sockets")):
         if transport == "ucx" and not have_perftest:
             print("ucx: skipped (ucx_perftest not installed: apt-get install ucx-utils)")
@@ -113,6 +128,7 @@ def main():
                     base_e.append(perftest(test, size, iters, error_handling=True))
                 else:
                     base.append(pingpong(binary, "socket", test, size, iters))
+                    base_e.append(pingpong(binary, "socket-spin", test, size, iters))
             o, b = statistics.median(ours), statistics.median(base)
             ratio = o / b
             ok = ratio <= TARGETS[test] if test == "lat" else ratio >= TARGETS[test]

@@ -8,7 +8,11 @@
 // bw:  rank 0 streams N messages to rank 1 with up to 16 in flight, then
 //      waits for a 1-byte ack; bandwidth in MiB/s (2^20 bytes), the unit
 //      ucx_perftest calls MB/s. `socket` is the baseline for tcp: blocking sockets with
-//      TCP_NODELAY, plain send/recv loops, nothing else.
+//      TCP_NODELAY, plain send/recv loops, nothing else. `socket-spin` is
+//      the same with non-blocking calls polled in a loop, which never sleeps:
+//      the fair baseline for latency, since Chorus polls before sleeping.
+// init: no messages; the time from rank 0's start to every rank connected
+//      (any CHORUS_SIZE), in milliseconds.
 // Rank 0 prints "result <number>".
 #include "bootstrap/launch.hpp"
 #include "common/socket.hpp"
@@ -17,6 +21,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -48,10 +53,13 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
+int g_spin_flag = 0;  // MSG_DONTWAIT for socket-spin
+
 void send_all(int fd, const void* p, std::size_t n) {
   auto* b = static_cast<const char*>(p);
   while (n > 0) {
-    const ssize_t k = ::send(fd, b, n, MSG_NOSIGNAL);
+    const ssize_t k = ::send(fd, b, n, MSG_NOSIGNAL | g_spin_flag);
+    if (k < 0 && errno == EAGAIN) continue;
     if (k <= 0) throw std::runtime_error("send failed");
     b += k, n -= static_cast<std::size_t>(k);
   }
@@ -59,7 +67,8 @@ void send_all(int fd, const void* p, std::size_t n) {
 void recv_all(int fd, void* p, std::size_t n) {
   auto* b = static_cast<char*>(p);
   while (n > 0) {
-    const ssize_t k = ::recv(fd, b, n, 0);
+    const ssize_t k = ::recv(fd, b, n, g_spin_flag);
+    if (k < 0 && errno == EAGAIN) continue;
     if (k <= 0) throw std::runtime_error("recv failed");
     b += k, n -= static_cast<std::size_t>(k);
   }
@@ -149,20 +158,28 @@ double run_transport(const Args& a, transport::Transport& t, transport::Deadline
 }  // namespace
 
 int main(int argc, char** argv) {
+  const auto started = Clock::now();
   try {
     const Args a = parse(argc, argv);
     const auto info = bootstrap::launch_info_from_env();
     const auto deadline = transport::deadline_after(120);
     auto store = bootstrap::open_store(info.store, false, deadline);
     double result;
-    if (a.transport == "socket") {
+    if (a.transport == "socket" || a.transport == "socket-spin") {
+      if (a.transport == "socket-spin") g_spin_flag = MSG_DONTWAIT;
       result = run_socket(a, info.rank, *store, deadline);
     } else {
       const auto kind =
           a.transport == "ucx" ? bootstrap::TransportKind::ucx : bootstrap::TransportKind::tcp;
-      auto t = bootstrap::connect_transport(kind, info.rank, 2, *store, "bench", deadline);
-      result = run_transport(a, *t, deadline);
-      store->barrier("bench/done", 2, deadline);
+      auto t = bootstrap::connect_transport(kind, info.rank, info.size, *store, "bench", deadline);
+      if (a.test == "init") {
+        // Connected here; the barrier says when every rank is.
+        store->barrier("bench/connected", info.size, deadline);
+        result = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
+      } else {
+        result = run_transport(a, *t, deadline);
+      }
+      store->barrier("bench/done", info.size, deadline);
     }
     if (info.rank == 0) std::printf("result %.4f\n", result);
     return 0;

@@ -7,7 +7,6 @@
 #include <ucp/api/ucp.h>
 
 #include <cstdlib>
-#include <list>
 
 namespace chorus::transport {
 namespace {
@@ -28,11 +27,12 @@ Error ucx_error(const std::string& what, ucs_status_t status) {
 // back (or the request is cancelled and then calls back).
 struct Pending {
   RequestPtr request;
-  class UcxTransport::State* state;
-  int peer;
-  std::size_t capacity;
+  class UcxTransport::State* state = nullptr;
+  int peer = 0;
+  std::size_t capacity = 0;
   void* ucx = nullptr;  // the UCX request handle while in flight
-  std::list<Pending*>::iterator where;
+  Pending* prev = nullptr;  // the in-flight list, intrusive: no allocation
+  Pending* next = nullptr;
 };
 
 }  // namespace
@@ -49,12 +49,43 @@ struct UcxTransport::State {
   };
   std::vector<Peer> peers;
   std::vector<std::unique_ptr<std::pair<State*, int>>> handler_args;
-  std::list<Pending*> inflight;  // sends and receives UCX still holds
-  std::size_t completions = 0;   // bumped by callbacks, read by progress()
+  std::size_t completions = 0;  // bumped by callbacks, read by progress()
+
+  // Sends and receives UCX still holds, in a list threaded through the
+  // records themselves; records are recycled, so a message costs no
+  // allocation beyond its Request.
+  Pending* inflight = nullptr;
+  std::vector<std::unique_ptr<Pending>> records;
+  std::vector<Pending*> spare;
+
+  Pending* acquire(RequestPtr request, int peer, std::size_t capacity) {
+    if (spare.empty()) {
+      records.push_back(std::make_unique<Pending>());
+      spare.push_back(records.back().get());
+    }
+    Pending* p = spare.back();
+    spare.pop_back();
+    p->request = std::move(request);
+    p->state = this;
+    p->peer = peer;
+    p->capacity = capacity;
+    p->ucx = nullptr;
+    p->prev = nullptr;
+    p->next = inflight;
+    if (inflight) inflight->prev = p;
+    inflight = p;
+    return p;
+  }
+
+  void release(Pending* p) {
+    (p->prev ? p->prev->next : inflight) = p->next;
+    if (p->next) p->next->prev = p->prev;
+    p->request.reset();
+    spare.push_back(p);
+  }
 
   void finish(Pending* p, ucs_status_t status, std::size_t length) {
     ++completions;
-    inflight.erase(p->where);
     const int peer = p->peer;
     if (status == UCS_OK) {
       p->request->complete(length);
@@ -71,7 +102,7 @@ struct UcxTransport::State {
                                    ucs_status_string(status)));
     }
     if (p->ucx) ucp_request_free(p->ucx);
-    delete p;
+    release(p);
   }
 
   void fail_peer(int peer, const std::string& reason) {
@@ -86,13 +117,13 @@ struct UcxTransport::State {
     // request ends once; UCX's late callback for it changes nothing.)
     const std::string message = fmt::format("rank {}: {}", rank, reason);
     std::vector<void*> to_cancel;
-    for (Pending* p : inflight) {
+    for (Pending* p = inflight; p; p = p->next) {
       if (p->peer != peer) continue;
       p->request->fail(ErrorCode::peer_failure, message);
       if (!p->request->is_send() && p->ucx) to_cancel.push_back(p->ucx);
     }
-    // Cancelling runs the callback at once, which frees its Pending: no
-    // iteration over `inflight` may be open here.
+    // Cancelling runs the callback at once, which releases its record: no
+    // walk over `inflight` may be open here.
     for (void* handle : to_cancel) ucp_request_cancel(worker, handle);
     ++completions;
   }
@@ -159,9 +190,10 @@ UcxTransport::UcxTransport(int rank, int size)
 
 UcxTransport::~UcxTransport() {
   State& s = *state_;
-  std::vector<Pending*> pending(s.inflight.begin(), s.inflight.end());
-  for (Pending* p : pending)
-    if (p->ucx && !p->request->is_send()) ucp_request_cancel(s.worker, p->ucx);
+  std::vector<void*> to_cancel;
+  for (Pending* p = s.inflight; p; p = p->next)
+    if (p->ucx && !p->request->is_send()) to_cancel.push_back(p->ucx);
+  for (void* handle : to_cancel) ucp_request_cancel(s.worker, handle);
   for (ucp_ep_h ep : s.endpoints) {
     if (!ep) continue;
     ucp_request_param_t param{};
@@ -226,8 +258,7 @@ RequestPtr UcxTransport::isend(int peer, Tag tag, const void* buf, std::size_t b
                                         : s.peers[static_cast<std::size_t>(peer)].reason));
     return request;
   }
-  auto* p = new Pending{request, &s, peer, bytes, nullptr, {}};
-  p->where = s.inflight.insert(s.inflight.end(), p);
+  Pending* p = s.acquire(request, peer, bytes);
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param.cb.send = on_send;
@@ -254,8 +285,7 @@ RequestPtr UcxTransport::irecv(int peer, Tag tag, void* buf, std::size_t bytes) 
                               s.peers[static_cast<std::size_t>(peer)].reason));
     return request;
   }
-  auto* p = new Pending{request, &s, peer, bytes, nullptr, {}};
-  p->where = s.inflight.insert(s.inflight.end(), p);
+  Pending* p = s.acquire(request, peer, bytes);
   ucp_tag_recv_info_t info{};
   ucp_request_param_t param{};
   param.op_attr_mask =
