@@ -38,6 +38,7 @@ struct Args {
   std::string transport = "tcp", test = "lat";
   std::size_t size = 8;
   int iters = 10000;
+  std::size_t window = 16;
 };
 
 Args parse(int argc, char** argv) {
@@ -48,6 +49,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--test") a.test = v;
     else if (k == "--size") a.size = std::stoull(v);
     else if (k == "--iters") a.iters = std::stoi(v);
+    else if (k == "--window") a.window = std::stoull(v);
     else throw std::runtime_error("unknown flag " + k);
   }
   return a;
@@ -130,9 +132,9 @@ double run_transport(const Args& a, transport::Transport& t, transport::Deadline
       }
     }
   } else {
-    // A sliding window: the oldest of 16 in flight is waited for before the
-    // next is posted, so the pipe never drains (as ucx_perftest's tag_bw).
-    constexpr std::size_t kWindow = 16;
+    // A sliding window: the oldest of --window (16) in flight is waited for
+    // before the next is posted, so the pipe never drains.
+    const std::size_t kWindow = a.window;
     std::deque<transport::RequestPtr> window;
     for (int i = 0; i < warmup + a.iters; ++i) {
       if (i == warmup) {

@@ -11,6 +11,7 @@ packages=(
   libopenmpi-dev openmpi-bin                # MPI bootstrap, PMPI library, MPI baseline
   libgtest-dev libgmock-dev                 # tests
   libbenchmark-dev                          # micro-benchmarks
+  python3                                   # benchmark drivers (bench/*.py)
 )
 
 missing=()

@@ -710,6 +710,10 @@ bool TcpTransport::write_to(Peer& peer) {
 
 bool TcpTransport::read_from(Peer& peer) {
   bool moved = false;
+  // A short read means the socket was empty: asking again would only cost a
+  // system call that says EAGAIN. epoll reports the socket again when more
+  // arrives (level-triggered).
+  bool drained = false;
   while (!peer.dead) {
     if (peer.in_payload) {
       // Take what is staged first, then read the rest straight into place.
@@ -723,8 +727,10 @@ bool TcpTransport::read_from(Peer& peer) {
         peer.remaining -= from_staging;
       }
       if (peer.remaining > 0 && peer.target && peer.remaining >= kStagingBytes / 2) {
+        if (drained) return moved;
         const ssize_t n = ::recv(peer.fd.get(), peer.target, peer.remaining, MSG_DONTWAIT);
         if (n > 0) {
+          drained = static_cast<std::size_t>(n) < peer.remaining;
           peer.target += n;
           peer.remaining -= static_cast<std::size_t>(n);
           moved = true;
@@ -751,14 +757,17 @@ bool TcpTransport::read_from(Peer& peer) {
       continue;
     }
     // Need more bytes in staging.
+    if (drained) return moved;
     if (peer.staged_begin > 0) {
       std::memmove(peer.staging.data(), peer.staging.data() + peer.staged_begin, peer.staged());
       peer.staged_end -= peer.staged_begin;
       peer.staged_begin = 0;
     }
-    const ssize_t n = ::recv(peer.fd.get(), peer.staging.data() + peer.staged_end,
-                             peer.staging.size() - peer.staged_end, MSG_DONTWAIT);
+    const std::size_t space = peer.staging.size() - peer.staged_end;
+    const ssize_t n =
+        ::recv(peer.fd.get(), peer.staging.data() + peer.staged_end, space, MSG_DONTWAIT);
     if (n > 0) {
+      drained = static_cast<std::size_t>(n) < space;
       peer.staged_end += static_cast<std::size_t>(n);
       moved = true;
       continue;
