@@ -3,6 +3,7 @@
 // (GCC's _Float16 for binary16, a nearest-neighbour search for bfloat16).
 #include "reduce/float16.hpp"
 #include "reduce/reduce.hpp"
+#include "reference_float16.hpp"
 
 #include <gtest/gtest.h>
 
@@ -13,17 +14,8 @@
 namespace chorus::reduce {
 namespace {
 
-std::uint16_t reference_float_to_float16(float f) {
-  const _Float16 h = static_cast<_Float16>(f);  // libgcc: correctly rounded, ties to even
-  std::uint16_t bits;
-  std::memcpy(&bits, &h, 2);
-  return bits;
-}
-float reference_float16_to_float(std::uint16_t bits) {
-  _Float16 h;
-  std::memcpy(&h, &bits, 2);
-  return static_cast<float>(h);
-}
+using reference::reference_float16_to_float;
+using reference::reference_float_to_float16;
 
 // The bfloat16 nearest to f: the truncation or the next value up, ties to the
 // even one; computed in double, where both candidates and f are exact.

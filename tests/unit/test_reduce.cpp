@@ -3,6 +3,7 @@
 // values (each element is one IEEE operation), with any NaN accepted for NaN.
 #include "reduce/float16.hpp"
 #include "reduce/reduce.hpp"
+#include "reference_float16.hpp"
 
 #include <chorus/error.hpp>
 
@@ -74,16 +75,9 @@ T ref_apply(ReduceOp op, T a, T b) {
   return T{};
 }
 
-std::uint16_t ref_float_to_float16(float f) {
-  const _Float16 h = static_cast<_Float16>(f);
-  std::uint16_t bits;
-  std::memcpy(&bits, &h, 2);
-  return bits;
-}
+std::uint16_t ref_float_to_float16(float f) { return reference::reference_float_to_float16(f); }
 float ref_float16_to_float(std::uint16_t bits) {
-  _Float16 h;
-  std::memcpy(&h, &bits, 2);
-  return static_cast<float>(h);
+  return reference::reference_float16_to_float(bits);
 }
 float ref_bfloat16_to_float(std::uint16_t bits) {
   const std::uint32_t wide = std::uint32_t{bits} << 16;

@@ -708,6 +708,16 @@ bool TcpTransport::write_to(Peer& peer) {
   return moved;
 }
 
+// After a recv that returned `n` <= 0: true (and the peer failed) unless it
+// was only "nothing to read yet".
+bool TcpTransport::read_failed(Peer& peer, long n) {
+  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return false;
+  fail_peer(peer, n == 0 ? fmt::format("{} closed the connection", peer.where)
+                         : fmt::format("receiving from {} failed: {}", peer.where,
+                                       net::errno_text(errno)));
+  return true;
+}
+
 bool TcpTransport::read_from(Peer& peer) {
   bool moved = false;
   // A short read means the socket was empty: asking again would only cost a
@@ -736,12 +746,7 @@ bool TcpTransport::read_from(Peer& peer) {
           moved = true;
           continue;
         }
-        if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
-          fail_peer(peer, n == 0 ? fmt::format("{} closed the connection", peer.where)
-                                 : fmt::format("receiving from {} failed: {}", peer.where,
-                                               net::errno_text(errno)));
-          return true;
-        }
+        if (read_failed(peer, n)) return true;
         return moved;
       }
       if (peer.remaining == 0) {
@@ -772,12 +777,7 @@ bool TcpTransport::read_from(Peer& peer) {
       moved = true;
       continue;
     }
-    if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
-      fail_peer(peer, n == 0 ? fmt::format("{} closed the connection", peer.where)
-                             : fmt::format("receiving from {} failed: {}", peer.where,
-                                           net::errno_text(errno)));
-      return true;
-    }
+    if (read_failed(peer, n)) return true;
     return moved;
   }
   return moved;

@@ -64,6 +64,7 @@ class TcpTransport final : public Transport {
   bool handle_events(int timeout_ms);
   void accept_strays();
   bool read_from(Peer& peer);
+  bool read_failed(Peer& peer, long n);
   bool write_to(Peer& peer);
   void on_header(Peer& peer);
   void on_payload(Peer& peer);
