@@ -1,8 +1,12 @@
-// The conformance scenarios over the local transport: ranks as threads.
+// The conformance scenarios over the local transport (ranks as threads), and
+// the in-process checks of the TCP transport's address choice.
+#include "common/socket.hpp"
 #include "conformance.hpp"
 #include "transport/local/local_transport.hpp"
+#include "transport/tcp/tcp_transport.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 
 #include <exception>
 #include <string>
@@ -111,6 +115,64 @@ TEST(LocalTransport, WaitTimesOutNamingPeerTagAndSize) {
     }
     t.wait(*t.isend(1, 0x99, &v, sizeof v), transport::deadline_after(30));
   }));
+}
+
+}  // namespace
+}  // namespace chorus
+
+// ---- TCP address choice (read from the environment at construction) ---------
+
+namespace chorus {
+namespace {
+
+class TcpAddressChoice : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    unsetenv("CHORUS_SOCKET_ADDR");
+    unsetenv("CHORUS_SOCKET_IFNAME");
+  }
+  static std::string listen_host() {
+    const std::string a = transport::TcpTransport(0, 1).listen_address();
+    return a.substr(0, a.rfind(':'));
+  }
+};
+
+TEST_F(TcpAddressChoice, ExplicitAddressWins) {
+  setenv("CHORUS_SOCKET_ADDR", "127.0.0.1", 1);
+  setenv("CHORUS_SOCKET_IFNAME", "eth", 1);
+  EXPECT_EQ(listen_host(), "127.0.0.1");
+}
+
+TEST_F(TcpAddressChoice, InterfaceByPrefixExactOrExclusion) {
+  setenv("CHORUS_SOCKET_IFNAME", "lo", 1);
+  EXPECT_EQ(listen_host(), "127.0.0.1");
+  setenv("CHORUS_SOCKET_IFNAME", "=lo", 1);
+  EXPECT_EQ(listen_host(), "127.0.0.1");
+  setenv("CHORUS_SOCKET_IFNAME", "^lo", 1);
+  try {
+    EXPECT_NE(listen_host(), "127.0.0.1");  // any other interface that is up
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("matches no interface"), std::string::npos);
+  }
+}
+
+TEST_F(TcpAddressChoice, UnknownInterfaceIsAnErrorNamingTheVariable) {
+  setenv("CHORUS_SOCKET_IFNAME", "=no-such-if0", 1);
+  try {
+    listen_host();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("CHORUS_SOCKET_IFNAME='=no-such-if0'"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST_F(TcpAddressChoice, Ipv6LiteralIsBracketed) {
+  net::Fd probe(::socket(AF_INET6, SOCK_STREAM, 0));
+  if (!probe) GTEST_SKIP() << "no IPv6";
+  setenv("CHORUS_SOCKET_ADDR", "::1", 1);
+  EXPECT_EQ(listen_host(), "[::1]");
 }
 
 }  // namespace
