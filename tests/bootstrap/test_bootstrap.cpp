@@ -95,6 +95,26 @@ TEST(LaunchInfo, MissingOrContradictoryVariablesSayWhatWasFound) {
   EXPECT_NE(no_store.find("SLURM_PROCID=0"), std::string::npos) << no_store;
 }
 
+TEST(TransportKind, ParsedFromTheEnvironmentWithAClearError) {
+  setenv("CHORUS_TRANSPORT", "tcp", 1);
+  EXPECT_EQ(transport_kind_from_env(), TransportKind::tcp);
+  setenv("CHORUS_TRANSPORT", "ucx", 1);
+  EXPECT_EQ(transport_kind_from_env(), TransportKind::ucx);
+  setenv("CHORUS_TRANSPORT", "auto", 1);
+  EXPECT_EQ(transport_kind_from_env(), TransportKind::automatic);
+  setenv("CHORUS_TRANSPORT", "quic", 1);
+  try {
+    transport_kind_from_env();
+    ADD_FAILURE() << "quic accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("CHORUS_TRANSPORT='quic' is not one of auto, ucx, tcp"),
+              std::string::npos)
+        << e.what();
+  }
+  unsetenv("CHORUS_TRANSPORT");
+  EXPECT_EQ(transport_kind_from_env(), TransportKind::automatic);
+}
+
 // ---- the stores: the same behaviour from both ------------------------------------
 
 struct StoreFixture {

@@ -147,3 +147,48 @@ TEST(TcpTransport, WorksOverIpv6Loopback) {
 
 }  // namespace
 }  // namespace chorus
+
+namespace chorus {
+namespace {
+
+#if defined(CHORUS_HAVE_UCX)
+// auto: UCX when every rank can start it; one rank that cannot sends all of
+// them to TCP, and rank 0 logs why.
+TEST(AutoTransport, AllRanksAgreeOnOneTransport) {
+  {
+    Group g;
+    g.start("auto", "sizes_small_to_large", 3, {{"CHORUS_DEBUG", "INFO"}});
+    const auto results = g.processes.wait(std::chrono::seconds(60));
+    expect_all_passed(results);
+    for (const auto& r : results)
+      EXPECT_NE(r.output.find("transport: ucx connected"), std::string::npos)
+          << testing::describe(results);
+  }
+  {
+    Group g;
+    // Rank 1 starts with a UCX configuration that cannot initialize.
+    g.processes.start({CHORUS_TRANSPORT_WORKER, "sizes_small_to_large"},
+                      {{"CHORUS_RANK", "0"},
+                       {"CHORUS_SIZE", "2"},
+                       {"CHORUS_STORE", g.server.url()},
+                       {"CHORUS_TRANSPORT", "auto"},
+                       {"CHORUS_SOCKET_ADDR", "127.0.0.1"},
+                       {"CHORUS_DEBUG", "INFO"}});
+    g.processes.start({CHORUS_TRANSPORT_WORKER, "sizes_small_to_large"},
+                      {{"CHORUS_RANK", "1"},
+                       {"CHORUS_SIZE", "2"},
+                       {"CHORUS_STORE", g.server.url()},
+                       {"CHORUS_TRANSPORT", "auto"},
+                       {"CHORUS_SOCKET_ADDR", "127.0.0.1"},
+                       {"UCX_TLS", "no_such_transport"}});
+    const auto results = g.processes.wait(std::chrono::seconds(60));
+    expect_all_passed(results);
+    EXPECT_NE(results[0].output.find("transport: tcp (UCX not used: rank 1 cannot:"),
+              std::string::npos)
+        << testing::describe(results);
+  }
+}
+#endif
+
+}  // namespace
+}  // namespace chorus
