@@ -2,6 +2,7 @@
 
 #include "bootstrap/file_store.hpp"
 #include "bootstrap/tcp_store.hpp"
+#include "common/logging.hpp"
 #include "common/socket.hpp"
 
 #include <fmt/format.h>
@@ -36,7 +37,10 @@ std::unique_ptr<Store> open_store(const std::string& url, bool serve, Deadline d
             "CHORUS_STORE=" + url +
                 ": rank 0 serves the store, so the other ranks must "
                 "know its port; give one (or run chorus_store_server and point them to it)");
-      server = std::make_unique<StoreServer>(host, port);
+      // Serve unless a store already listens there (chorus_store_server):
+      // then rank 0 is a client like the others.
+      server = StoreServer::serve_if_free(host, port);
+      if (!server) log::info("store: {} is already served; rank 0 connects as a client", url);
     }
     return std::make_unique<TcpStore>(host, port, deadline, std::move(server));
   }

@@ -55,7 +55,9 @@ class Store {
 };
 
 // Opens the store at `url`. With serve = true and a tcp:// URL, this process
-// also serves the store (the usual choice for rank 0).
+// also serves the store (the usual choice for rank 0) unless something
+// already listens on that port, such as chorus_store_server; then it is a
+// client like every other rank.
 std::unique_ptr<Store> open_store(const std::string& url, bool serve, Deadline deadline);
 
 Bytes to_bytes(const std::string& s);

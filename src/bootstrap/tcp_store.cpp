@@ -61,9 +61,27 @@ struct StoreServer::State {
 };
 
 StoreServer::StoreServer(const std::string& host, std::uint16_t port)
-    : host_(host), state_(std::make_unique<State>()) {
-  address_ = net::resolve(host, port, "store server");
-  listener_ = net::listen_on(address_);
+    : StoreServer(host, net::resolve(host, port, "store server"), net::Fd()) {}
+
+std::unique_ptr<StoreServer> StoreServer::serve_if_free(const std::string& host,
+                                                        std::uint16_t port) {
+  net::SocketAddress address = net::resolve(host, port, "store server");
+  int error = 0;
+  net::Fd listener = net::try_listen_on(address, 128, error);
+  if (!listener && error == EADDRINUSE) return nullptr;
+  if (!listener)
+    throw Error(ErrorCode::transport_error,
+                fmt::format("store server: cannot listen on {}: {}", address.to_string(),
+                            net::errno_text(error)));
+  return std::unique_ptr<StoreServer>(new StoreServer(host, address, std::move(listener)));
+}
+
+StoreServer::StoreServer(const std::string& host, net::SocketAddress address, net::Fd listener)
+    : address_(address),
+      host_(host),
+      listener_(std::move(listener)),
+      state_(std::make_unique<State>()) {
+  if (!listener_) listener_ = net::listen_on(address_);
   net::set_nonblocking(listener_.get());
   wake_ = net::Fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!wake_) throw Error(ErrorCode::internal, "eventfd: " + net::errno_text(errno));

@@ -21,6 +21,9 @@ class StoreServer {
   // own until destroyed.
   StoreServer(const std::string& host, std::uint16_t port);
   ~StoreServer();
+  // A server on host:port, or nullptr when something already listens there
+  // (a standalone store server, say). Other failures throw.
+  static std::unique_ptr<StoreServer> serve_if_free(const std::string& host, std::uint16_t port);
   StoreServer(const StoreServer&) = delete;
   StoreServer& operator=(const StoreServer&) = delete;
 
@@ -30,6 +33,7 @@ class StoreServer {
 
  private:
   struct State;
+  StoreServer(const std::string& host, net::SocketAddress address, net::Fd listener);
   void serve();
 
   net::SocketAddress address_;

@@ -94,19 +94,26 @@ void set_no_delay(int fd) {
 
 std::string errno_text(int err) { return std::strerror(err); }
 
-Fd listen_on(SocketAddress& address, int backlog) {
+Fd try_listen_on(SocketAddress& address, int backlog, int& error) {
+  error = 0;
   Fd fd(::socket(address.family(), SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!fd) throw Error(ErrorCode::transport_error, "socket(): " + errno_text(errno));
   int one = 1;
-  setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (::bind(fd.get(), address.get(), address.length) != 0)
-    throw Error(ErrorCode::transport_error,
-                fmt::format("cannot bind {}: {}", address.to_string(), errno_text(errno)));
-  if (::listen(fd.get(), backlog) != 0)
-    throw Error(ErrorCode::transport_error,
-                fmt::format("cannot listen on {}: {}", address.to_string(), errno_text(errno)));
+  if (!fd || setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+      ::bind(fd.get(), address.get(), address.length) != 0 || ::listen(fd.get(), backlog) != 0) {
+    error = errno;
+    return Fd();
+  }
   address.length = sizeof address.storage;
   getsockname(fd.get(), address.get(), &address.length);
+  return fd;
+}
+
+Fd listen_on(SocketAddress& address, int backlog) {
+  int error = 0;
+  Fd fd = try_listen_on(address, backlog, error);
+  if (!fd)
+    throw Error(ErrorCode::transport_error,
+                fmt::format("cannot listen on {}: {}", address.to_string(), errno_text(error)));
   return fd;
 }
 

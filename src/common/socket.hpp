@@ -61,7 +61,10 @@ void set_no_delay(int fd);
 // "Connection refused" etc., for messages.
 std::string errno_text(int err);
 
-// A listening TCP socket bound to `address` (port 0: any free port).
+// A listening TCP socket bound to `address` (port 0: any free port); the
+// bound port is written back into `address`. Throws chorus::Error.
 Fd listen_on(SocketAddress& address, int backlog = 128);
+// The same, but an empty Fd with `error` set (an errno) when it fails.
+Fd try_listen_on(SocketAddress& address, int backlog, int& error);
 
 }  // namespace chorus::net

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <random>
 #include <string>
 
@@ -189,6 +190,47 @@ TEST(AutoTransport, AllRanksAgreeOnOneTransport) {
   }
 }
 #endif
+
+}  // namespace
+}  // namespace chorus
+
+namespace chorus {
+namespace {
+
+std::map<std::string, std::string> rank_env(int rank, int size, const std::string& store) {
+  return {{"CHORUS_RANK", std::to_string(rank)},
+          {"CHORUS_SIZE", std::to_string(size)},
+          {"CHORUS_STORE", store},
+          {"CHORUS_TRANSPORT", "tcp"},
+          {"CHORUS_SOCKET_ADDR", "127.0.0.1"},
+          {"CHORUS_TIMEOUT", "60"}};
+}
+
+// No harness server: rank 0 serves the tcp:// store on the port it is given.
+TEST(Bootstrap, RankZeroServesTheStore) {
+  std::uint16_t port;
+  {
+    auto a = net::resolve("127.0.0.1", 0, "test");
+    auto probe = net::listen_on(a);  // a free port, released again below
+    port = a.port();
+  }
+  ProcessGroup group;
+  for (int r = 0; r < 3; ++r)
+    group.start({CHORUS_TRANSPORT_WORKER, "thousand_outstanding"},
+                rank_env(r, 3, "tcp://127.0.0.1:" + std::to_string(port)));
+  expect_all_passed(group.wait(std::chrono::seconds(60)));
+}
+
+TEST(Bootstrap, FileStoreAcrossProcesses) {
+  char dir[] = "/tmp/chorus-file-store-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  ProcessGroup group;
+  for (int r = 0; r < 3; ++r)
+    group.start({CHORUS_TRANSPORT_WORKER, "thousand_outstanding"},
+                rank_env(r, 3, std::string("file://") + dir));
+  expect_all_passed(group.wait(std::chrono::seconds(60)));
+  std::filesystem::remove_all(dir);
+}
 
 }  // namespace
 }  // namespace chorus
