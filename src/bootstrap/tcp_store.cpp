@@ -175,7 +175,15 @@ void StoreServer::serve() {
     return s.clients.erase(it);
   };
 
+  // Once told to stop, the server drains: it accepts no one new but keeps
+  // answering the clients it has until they leave, for at most kDrain. Rank 0
+  // serving the store may finish first; the others' last replies (a barrier,
+  // say) must still reach them.
+  constexpr auto kDrain = std::chrono::seconds(10);
+  bool draining = false;
+  Clock::time_point drain_until{};
   while (true) {
+    if (draining && (s.clients.empty() || Clock::now() >= drain_until)) return;
     // Answer waiters whose keys are complete or whose time is up.
     int timeout = 1000;
     for (auto it = s.waiters.begin(); it != s.waiters.end();) {
@@ -197,16 +205,22 @@ void StoreServer::serve() {
       }
     }
 
+    if (draining) timeout = std::min(timeout, 100);
     std::vector<pollfd> fds;
-    fds.push_back({wake_.get(), POLLIN, 0});
-    fds.push_back({listener_.get(), POLLIN, 0});
+    fds.push_back({wake_.get(), static_cast<short>(draining ? 0 : POLLIN), 0});
+    fds.push_back({listener_.get(), static_cast<short>(draining ? 0 : POLLIN), 0});
     for (auto& c : s.clients)
       fds.push_back({c.fd.get(), static_cast<short>(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0});
     if (::poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR) {
       log::warn("store server: poll failed: {}", net::errno_text(errno));
       return;
     }
-    if (fds[0].revents) return;
+    if (fds[0].revents & POLLIN) {
+      draining = true;
+      drain_until = Clock::now() + kDrain;
+      listener_.reset();
+      continue;
+    }
     if (fds[1].revents & POLLIN) {
       while (true) {
         net::SocketAddress from;

@@ -18,7 +18,9 @@ namespace chorus::bootstrap {
 class StoreServer {
  public:
   // Binds host:port (port 0 picks a free one) and serves on a thread of its
-  // own until destroyed.
+  // own. Destruction stops accepting, then keeps answering connected clients
+  // until they leave (at most 10 s), so that the last replies of a job still
+  // reach the other ranks when the serving rank finishes first.
   StoreServer(const std::string& host, std::uint16_t port);
   ~StoreServer();
   // A server on host:port, or nullptr when something already listens there
