@@ -1,6 +1,7 @@
 #include "bootstrap/launch.hpp"
 
 #include "common/logging.hpp"
+#include "transport/local/local_transport.hpp"
 #include "transport/tcp/tcp_transport.hpp"
 #if defined(CHORUS_HAVE_UCX)
 #include "transport/ucx/ucx_transport.hpp"
@@ -123,8 +124,9 @@ TransportKind transport_kind_from_env() {
   if (v.empty() || v == "auto") return TransportKind::automatic;
   if (v == "ucx") return TransportKind::ucx;
   if (v == "tcp") return TransportKind::tcp;
+  if (v == "local") return TransportKind::local;
   throw Error(ErrorCode::invalid_argument,
-              "CHORUS_TRANSPORT='" + v + "' is not one of auto, ucx, tcp");
+              "CHORUS_TRANSPORT='" + v + "' is not one of auto, ucx, tcp, local");
 }
 
 std::string_view to_string(TransportKind kind) {
@@ -135,6 +137,8 @@ std::string_view to_string(TransportKind kind) {
       return "ucx";
     case TransportKind::tcp:
       return "tcp";
+    case TransportKind::local:
+      return "local";
   }
   return "?";
 }
@@ -176,7 +180,14 @@ std::unique_ptr<transport::Transport> connect_transport(TransportKind kind, int 
                                                         Store& store, const std::string& key_prefix,
                                                         transport::Deadline deadline) {
   std::unique_ptr<transport::Transport> t;
-  if (kind == TransportKind::automatic) {
+  if (kind == TransportKind::local) {
+    if (size != 1)
+      throw Error(ErrorCode::invalid_argument,
+                  fmt::format("CHORUS_TRANSPORT=local links ranks that are threads of one "
+                              "process; a job of {} processes needs ucx or tcp",
+                              size));
+    t = std::make_unique<transport::LocalTransport>(transport::LocalFabric::create(1), 0);
+  } else if (kind == TransportKind::automatic) {
     // Every rank publishes whether it could start UCX; UCX is used only if all
     // could, so that no two ranks ever pick different transports.
     std::string why_not;

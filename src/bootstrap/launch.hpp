@@ -38,8 +38,10 @@ LaunchInfo launch_info_from_env();
 // CHORUS_TIMEOUT in seconds (default 300): the deadline of every wait.
 double timeout_seconds();
 
-enum class TransportKind { automatic, ucx, tcp };
-// CHORUS_TRANSPORT=auto|ucx|tcp (default auto).
+enum class TransportKind { automatic, ucx, tcp, local };
+// CHORUS_TRANSPORT=auto|ucx|tcp|local (default auto). `local` means ranks
+// that are threads of one process: from the environment, that is a job of
+// one rank; groups of threads are built in-process with LocalFabric.
 TransportKind transport_kind_from_env();
 std::string_view to_string(TransportKind kind);
 

@@ -102,13 +102,16 @@ TEST(TransportKind, ParsedFromTheEnvironmentWithAClearError) {
   EXPECT_EQ(transport_kind_from_env(), TransportKind::ucx);
   setenv("CHORUS_TRANSPORT", "auto", 1);
   EXPECT_EQ(transport_kind_from_env(), TransportKind::automatic);
+  setenv("CHORUS_TRANSPORT", "local", 1);
+  EXPECT_EQ(transport_kind_from_env(), TransportKind::local);
   setenv("CHORUS_TRANSPORT", "quic", 1);
   try {
     transport_kind_from_env();
     ADD_FAILURE() << "quic accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("CHORUS_TRANSPORT='quic' is not one of auto, ucx, tcp"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("CHORUS_TRANSPORT='quic' is not one of auto, ucx, tcp, local"),
+        std::string::npos)
         << e.what();
   }
   unsetenv("CHORUS_TRANSPORT");
@@ -133,6 +136,24 @@ struct FileFixture : StoreFixture {
   ~FileFixture() override { std::filesystem::remove_all(dir); }
   std::unique_ptr<Store> client() override { return std::make_unique<FileStore>(dir); }
 };
+
+TEST(TransportKind, LocalServesAOneRankJobAndRefusesMore) {
+  FileFixture store_dir;
+  auto store = store_dir.client();
+  auto t = connect_transport(TransportKind::local, 0, 1, *store, "x", transport::deadline_after(5));
+  EXPECT_EQ(t->name(), "local");
+  std::uint32_t in = 0, out = 42;
+  auto r = t->irecv(0, 1, &in, 4);
+  t->wait(*t->isend(0, 1, &out, 4), transport::deadline_after(5));
+  t->wait(*r, transport::deadline_after(5));
+  EXPECT_EQ(in, 42u);
+  try {
+    connect_transport(TransportKind::local, 0, 2, *store, "y", transport::deadline_after(5));
+    ADD_FAILURE() << "a 2-process local group was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs ucx or tcp"), std::string::npos) << e.what();
+  }
+}
 
 class StoreTest : public ::testing::TestWithParam<std::string> {
  protected:
