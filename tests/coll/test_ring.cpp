@@ -1,0 +1,235 @@
+// Ring AllReduce over the local transport (ranks as threads), against a
+// sequential reference: every dtype x op, p from 1 to 64, counts around p
+// and with tails, in place and out of place. Inputs are integer-valued, so
+// every order of reduction gives the exact result and results must match
+// the reference to the bit; a random-data case checks that all ranks agree
+// to the bit among themselves.
+#include "coll/ring.hpp"
+#include "reduce/float16.hpp"
+#include "reduce/reduce.hpp"
+#include "transport/local/local_transport.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace chorus::coll {
+namespace {
+
+using Bytes = std::vector<std::byte>;
+
+// The value rank `rank` contributes at element i: small integers, exact in
+// every type, and for prod only +-1 so that no product overflows a float.
+double contribution(DataType type, ReduceOp op, int rank, std::size_t i) {
+  const long v = static_cast<long>((static_cast<std::size_t>(rank) * 31 + i * 17) % 9);
+  const bool is_signed = type == DataType::int8 || type == DataType::int32 ||
+                         type == DataType::int64 || is_floating_point(type);
+  if (op == ReduceOp::prod && is_floating_point(type)) return (v % 3 == 0) ? -1.0 : 1.0;
+  return static_cast<double>(is_signed ? v - 4 : v);
+}
+
+void store_value(DataType type, std::byte* p, double v) {
+  switch (type) {
+    case DataType::int8: {
+      auto x = static_cast<std::int8_t>(v);
+      std::memcpy(p, &x, 1);
+      break;
+    }
+    case DataType::uint8: {
+      auto x = static_cast<std::uint8_t>(v);
+      std::memcpy(p, &x, 1);
+      break;
+    }
+    case DataType::int32: {
+      auto x = static_cast<std::int32_t>(v);
+      std::memcpy(p, &x, 4);
+      break;
+    }
+    case DataType::uint32: {
+      auto x = static_cast<std::uint32_t>(v);
+      std::memcpy(p, &x, 4);
+      break;
+    }
+    case DataType::int64: {
+      auto x = static_cast<std::int64_t>(v);
+      std::memcpy(p, &x, 8);
+      break;
+    }
+    case DataType::uint64: {
+      auto x = static_cast<std::uint64_t>(v);
+      std::memcpy(p, &x, 8);
+      break;
+    }
+    case DataType::float16: {
+      auto x = reduce::float_to_float16(static_cast<float>(v));
+      std::memcpy(p, &x, 2);
+      break;
+    }
+    case DataType::bfloat16: {
+      auto x = reduce::float_to_bfloat16(static_cast<float>(v));
+      std::memcpy(p, &x, 2);
+      break;
+    }
+    case DataType::float32: {
+      auto x = static_cast<float>(v);
+      std::memcpy(p, &x, 4);
+      break;
+    }
+    case DataType::float64:
+      std::memcpy(p, &v, 8);
+      break;
+  }
+}
+
+Bytes input(DataType type, ReduceOp op, int rank, std::size_t count) {
+  const std::size_t size = size_of(type);
+  Bytes b(count * size);
+  std::mt19937_64 rng(static_cast<std::uint64_t>(rank) * 7919 + count);
+  for (std::size_t i = 0; i < count; ++i) {
+    const bool bitwise = op == ReduceOp::band || op == ReduceOp::bor || op == ReduceOp::bxor;
+    if (bitwise) {
+      const std::uint64_t bits = rng();
+      std::memcpy(&b[i * size], &bits, size);
+    } else {
+      store_value(type, &b[i * size], contribution(type, op, rank, i));
+    }
+  }
+  return b;
+}
+
+// Rank 0's input combined with each next rank's, in order.
+Bytes reference(DataType type, ReduceOp op, int p, std::size_t count) {
+  Bytes acc = input(type, op, 0, count);
+  for (int r = 1; r < p; ++r) {
+    const Bytes next = input(type, op, r, count);
+    if (count) reduce::reduce(acc.data(), next.data(), count, type, op);
+  }
+  if (op == ReduceOp::avg && count)
+    reduce::divide(acc.data(), count, type, static_cast<std::size_t>(p));
+  return acc;
+}
+
+// Runs the ring on p threads; returns every rank's result.
+std::vector<Bytes> run_ring(int p, std::size_t count, DataType type, ReduceOp op, bool in_place,
+                            const std::function<Bytes(int)>& make_input) {
+  auto fabric = transport::LocalFabric::create(p);
+  std::vector<Bytes> results(static_cast<std::size_t>(p));
+  std::vector<std::string> errors(static_cast<std::size_t>(p));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < p; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        transport::LocalTransport t(fabric, r);
+        Bytes send = make_input(r);
+        Bytes& out = results[static_cast<std::size_t>(r)];
+        Collective c{t, 7, transport::deadline_after(120)};
+        if (in_place) {
+          out = send;
+          ring_allreduce(c, out.data(), out.data(), count, type, op);
+        } else {
+          out.assign(send.size(), std::byte{0xEE});
+          ring_allreduce(c, send.data(), out.data(), count, type, op);
+        }
+        // Stay until everyone is done: leaving fails the peers' receives.
+        std::byte token{};
+        std::vector<transport::RequestPtr> reqs;
+        for (int q = 0; q < p; ++q)
+          if (q != r) reqs.push_back(t.irecv(q, 999, &token, 0));
+        for (int q = 0; q < p; ++q)
+          if (q != r) reqs.push_back(t.isend(q, 999, &token, 0));
+        t.wait_all(reqs, transport::deadline_after(120));
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  for (auto& th : threads) th.join();
+  for (int r = 0; r < p; ++r) EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
+  return results;
+}
+
+struct Case {
+  DataType type;
+  ReduceOp op;
+};
+
+class RingMatrix : public ::testing::TestWithParam<Case> {};
+
+TEST_P(RingMatrix, MatchesSequentialReferenceToTheBit) {
+  const auto [type, op] = GetParam();
+  for (int p : {1, 2, 3, 4, 5, 7, 8, 16}) {
+    for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t(p - 1), std::size_t(p),
+                              std::size_t(p + 1), std::size_t{4099}}) {
+      for (bool in_place : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "p " << p << ", count " << count
+                                          << (in_place ? ", in place" : ", out of place"));
+        const Bytes want = reference(type, op, p, count);
+        const auto got = run_ring(p, count, type, op, in_place,
+                                  [&](int r) { return input(type, op, r, count); });
+        for (int r = 0; r < p; ++r)
+          ASSERT_TRUE(got[static_cast<std::size_t>(r)] == want) << "rank " << r;
+      }
+    }
+  }
+}
+
+std::vector<Case> all_cases() {
+  std::vector<Case> cases;
+  for (int t = 0; t < kDataTypeCount; ++t)
+    for (int o = 0; o < kReduceOpCount; ++o)
+      if (is_supported(static_cast<DataType>(t), static_cast<ReduceOp>(o)))
+        cases.push_back({static_cast<DataType>(t), static_cast<ReduceOp>(o)});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypesAndOps, RingMatrix, ::testing::ValuesIn(all_cases()),
+                         [](const auto& info) {
+                           return std::string(to_string(info.param.type)) + "_" +
+                                  std::string(to_string(info.param.op));
+                         });
+
+TEST(Ring, SixtyFourRanks) {
+  for (std::size_t count : {std::size_t{0}, std::size_t{63}, std::size_t{65}, std::size_t{1000}}) {
+    const Bytes want = reference(DataType::int32, ReduceOp::sum, 64, count);
+    const auto got = run_ring(64, count, DataType::int32, ReduceOp::sum, false, [&](int r) {
+      return input(DataType::int32, ReduceOp::sum, r, count);
+    });
+    for (const auto& g : got) ASSERT_TRUE(g == want) << "count " << count;
+  }
+}
+
+TEST(Ring, LargeBuffersAreSegmentedAndPipelined) {
+  const std::size_t count = (std::size_t{1} << 20) + 3;  // several 512 KiB segments per chunk
+  for (int p : {2, 3, 4}) {
+    for (bool in_place : {false, true}) {
+      const Bytes want = reference(DataType::float32, ReduceOp::sum, p, count);
+      const auto got = run_ring(p, count, DataType::float32, ReduceOp::sum, in_place, [&](int r) {
+        return input(DataType::float32, ReduceOp::sum, r, count);
+      });
+      for (const auto& g : got) ASSERT_TRUE(g == want) << "p " << p;
+    }
+  }
+}
+
+TEST(Ring, RandomFloatsGiveBitIdenticalResultsOnEveryRank) {
+  const std::size_t count = 100003;
+  for (int p : {3, 5}) {
+    const auto got = run_ring(p, count, DataType::float32, ReduceOp::sum, false, [&](int r) {
+      std::mt19937 rng(static_cast<unsigned>(r));
+      std::normal_distribution<float> d;
+      Bytes b(count * 4);
+      for (std::size_t i = 0; i < count; ++i) {
+        const float v = d(rng);
+        std::memcpy(&b[i * 4], &v, 4);
+      }
+      return b;
+    });
+    for (const auto& g : got) ASSERT_TRUE(g == got[0]) << "p " << p;
+  }
+}
+
+}  // namespace
+}  // namespace chorus::coll
