@@ -109,7 +109,9 @@ RequestPtr LocalTransport::isend(int peer, Tag tag, const void* buf, std::size_t
     if (it->source != rank() || it->tag != tag) continue;
     PostedReceive receive = std::move(*it);
     box.posted.erase(it);
-    lock.unlock();
+    // Copy while holding the receiver's lock: a receiver that leaves sweeps
+    // its mailbox under it, so it cannot return (and free the buffer it had
+    // posted) in the middle of this copy.
     if (bytes > receive.capacity) {
       receive.request->fail(ErrorCode::invalid_argument,
                             truncation_message(peer, rank(), tag, bytes, receive.capacity));
@@ -117,6 +119,7 @@ RequestPtr LocalTransport::isend(int peer, Tag tag, const void* buf, std::size_t
       if (bytes > 0) std::memcpy(receive.buf, buf, bytes);
       receive.request->complete(bytes);
     }
+    lock.unlock();
     request->complete();
     box.notify();
     return request;
