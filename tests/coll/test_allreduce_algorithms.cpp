@@ -1,9 +1,11 @@
-// Ring AllReduce over the local transport (ranks as threads), against a
+// The AllReduce algorithms (ring, recursive doubling) over the local
+// transport (ranks as threads), against a
 // sequential reference: every dtype x op, p from 1 to 64, counts around p
 // and with tails, in place and out of place. Inputs are integer-valued, so
 // every order of reduction gives the exact result and results must match
 // the reference to the bit; a random-data case checks that all ranks agree
 // to the bit among themselves.
+#include "coll/recursive_doubling.hpp"
 #include "coll/ring.hpp"
 #include "reduce/float16.hpp"
 #include "reduce/reduce.hpp"
@@ -113,9 +115,11 @@ Bytes reference(DataType type, ReduceOp op, int p, std::size_t count) {
   return acc;
 }
 
-// Runs the ring on p threads; returns every rank's result.
-std::vector<Bytes> run_ring(int p, std::size_t count, DataType type, ReduceOp op, bool in_place,
-                            const std::function<Bytes(int)>& make_input) {
+using Algorithm = void (*)(const Collective&, const void*, void*, std::size_t, DataType, ReduceOp);
+
+// Runs `algorithm` on p threads; returns every rank's result.
+std::vector<Bytes> run(Algorithm algorithm, int p, std::size_t count, DataType type, ReduceOp op,
+                       bool in_place, const std::function<Bytes(int)>& make_input) {
   auto fabric = transport::LocalFabric::create(p);
   std::vector<Bytes> results(static_cast<std::size_t>(p));
   std::vector<std::string> errors(static_cast<std::size_t>(p));
@@ -129,10 +133,10 @@ std::vector<Bytes> run_ring(int p, std::size_t count, DataType type, ReduceOp op
         Collective c{t, 7, transport::deadline_after(120)};
         if (in_place) {
           out = send;
-          ring_allreduce(c, out.data(), out.data(), count, type, op);
+          algorithm(c, out.data(), out.data(), count, type, op);
         } else {
           out.assign(send.size(), std::byte{0xEE});
-          ring_allreduce(c, send.data(), out.data(), count, type, op);
+          algorithm(c, send.data(), out.data(), count, type, op);
         }
         // Stay until everyone is done: leaving fails the peers' receives.
         std::byte token{};
@@ -152,14 +156,20 @@ std::vector<Bytes> run_ring(int p, std::size_t count, DataType type, ReduceOp op
 }
 
 struct Case {
+  std::string algorithm;
   DataType type;
   ReduceOp op;
 };
 
-class RingMatrix : public ::testing::TestWithParam<Case> {};
+Algorithm algorithm_named(const std::string& name) {
+  return name == "ring" ? &ring_allreduce : &recursive_doubling_allreduce;
+}
 
-TEST_P(RingMatrix, MatchesSequentialReferenceToTheBit) {
-  const auto [type, op] = GetParam();
+class AlgorithmMatrix : public ::testing::TestWithParam<Case> {};
+
+TEST_P(AlgorithmMatrix, MatchesSequentialReferenceToTheBit) {
+  const auto& [name, type, op] = GetParam();
+  const Algorithm algorithm = algorithm_named(name);
   for (int p : {1, 2, 3, 4, 5, 7, 8, 16}) {
     for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t(p - 1), std::size_t(p),
                               std::size_t(p + 1), std::size_t{4099}}) {
@@ -167,8 +177,8 @@ TEST_P(RingMatrix, MatchesSequentialReferenceToTheBit) {
         SCOPED_TRACE(::testing::Message() << "p " << p << ", count " << count
                                           << (in_place ? ", in place" : ", out of place"));
         const Bytes want = reference(type, op, p, count);
-        const auto got = run_ring(p, count, type, op, in_place,
-                                  [&](int r) { return input(type, op, r, count); });
+        const auto got = run(algorithm, p, count, type, op, in_place,
+                             [&](int r) { return input(type, op, r, count); });
         for (int r = 0; r < p; ++r)
           ASSERT_TRUE(got[static_cast<std::size_t>(r)] == want) << "rank " << r;
       }
@@ -178,27 +188,30 @@ TEST_P(RingMatrix, MatchesSequentialReferenceToTheBit) {
 
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
-  for (int t = 0; t < kDataTypeCount; ++t)
-    for (int o = 0; o < kReduceOpCount; ++o)
-      if (is_supported(static_cast<DataType>(t), static_cast<ReduceOp>(o)))
-        cases.push_back({static_cast<DataType>(t), static_cast<ReduceOp>(o)});
+  for (const char* name : {"ring", "recursive_doubling"})
+    for (int t = 0; t < kDataTypeCount; ++t)
+      for (int o = 0; o < kReduceOpCount; ++o)
+        if (is_supported(static_cast<DataType>(t), static_cast<ReduceOp>(o)))
+          cases.push_back({name, static_cast<DataType>(t), static_cast<ReduceOp>(o)});
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(AllTypesAndOps, RingMatrix, ::testing::ValuesIn(all_cases()),
+INSTANTIATE_TEST_SUITE_P(AllTypesAndOps, AlgorithmMatrix, ::testing::ValuesIn(all_cases()),
                          [](const auto& info) {
-                           return std::string(to_string(info.param.type)) + "_" +
+                           return info.param.algorithm + "_" +
+                                  std::string(to_string(info.param.type)) + "_" +
                                   std::string(to_string(info.param.op));
                          });
 
-TEST(Ring, SixtyFourRanks) {
-  for (std::size_t count : {std::size_t{0}, std::size_t{63}, std::size_t{65}, std::size_t{1000}}) {
-    const Bytes want = reference(DataType::int32, ReduceOp::sum, 64, count);
-    const auto got = run_ring(64, count, DataType::int32, ReduceOp::sum, false, [&](int r) {
-      return input(DataType::int32, ReduceOp::sum, r, count);
-    });
-    for (const auto& g : got) ASSERT_TRUE(g == want) << "count " << count;
-  }
+TEST(Algorithms, SixtyFourRanks) {
+  for (Algorithm algorithm : {Algorithm{&ring_allreduce}, Algorithm{&recursive_doubling_allreduce}})
+    for (std::size_t count :
+         {std::size_t{0}, std::size_t{63}, std::size_t{65}, std::size_t{1000}}) {
+      const Bytes want = reference(DataType::int32, ReduceOp::sum, 64, count);
+      const auto got = run(algorithm, 64, count, DataType::int32, ReduceOp::sum, false,
+                           [&](int r) { return input(DataType::int32, ReduceOp::sum, r, count); });
+      for (const auto& g : got) ASSERT_TRUE(g == want) << "count " << count;
+    }
 }
 
 TEST(Ring, LargeBuffersAreSegmentedAndPipelined) {
@@ -206,29 +219,31 @@ TEST(Ring, LargeBuffersAreSegmentedAndPipelined) {
   for (int p : {2, 3, 4}) {
     for (bool in_place : {false, true}) {
       const Bytes want = reference(DataType::float32, ReduceOp::sum, p, count);
-      const auto got = run_ring(p, count, DataType::float32, ReduceOp::sum, in_place, [&](int r) {
-        return input(DataType::float32, ReduceOp::sum, r, count);
-      });
+      const auto got =
+          run(&ring_allreduce, p, count, DataType::float32, ReduceOp::sum, in_place,
+              [&](int r) { return input(DataType::float32, ReduceOp::sum, r, count); });
       for (const auto& g : got) ASSERT_TRUE(g == want) << "p " << p;
     }
   }
 }
 
-TEST(Ring, RandomFloatsGiveBitIdenticalResultsOnEveryRank) {
+TEST(Algorithms, RandomFloatsGiveBitIdenticalResultsOnEveryRank) {
   const std::size_t count = 100003;
-  for (int p : {3, 5}) {
-    const auto got = run_ring(p, count, DataType::float32, ReduceOp::sum, false, [&](int r) {
-      std::mt19937 rng(static_cast<unsigned>(r));
-      std::normal_distribution<float> d;
-      Bytes b(count * 4);
-      for (std::size_t i = 0; i < count; ++i) {
-        const float v = d(rng);
-        std::memcpy(&b[i * 4], &v, 4);
-      }
-      return b;
-    });
-    for (const auto& g : got) ASSERT_TRUE(g == got[0]) << "p " << p;
-  }
+  for (Algorithm algorithm : {Algorithm{&ring_allreduce}, Algorithm{&recursive_doubling_allreduce}})
+    for (int p : {3, 5, 6}) {
+      const auto got =
+          run(algorithm, p, count, DataType::float32, ReduceOp::sum, false, [&](int r) {
+            std::mt19937 rng(static_cast<unsigned>(r));
+            std::normal_distribution<float> d;
+            Bytes b(count * 4);
+            for (std::size_t i = 0; i < count; ++i) {
+              const float v = d(rng);
+              std::memcpy(&b[i * 4], &v, 4);
+            }
+            return b;
+          });
+      for (const auto& g : got) ASSERT_TRUE(g == got[0]) << "p " << p;
+    }
 }
 
 }  // namespace
