@@ -1,10 +1,12 @@
-// The AllReduce algorithms (ring, recursive doubling) over the local
+// The AllReduce algorithms (ring, recursive doubling, direct one- and
+// two-shot) over the local
 // transport (ranks as threads), against a
 // sequential reference: every dtype x op, p from 1 to 64, counts around p
 // and with tails, in place and out of place. Inputs are integer-valued, so
 // every order of reduction gives the exact result and results must match
 // the reference to the bit; a random-data case checks that all ranks agree
 // to the bit among themselves.
+#include "coll/direct.hpp"
 #include "coll/recursive_doubling.hpp"
 #include "coll/ring.hpp"
 #include "reduce/float16.hpp"
@@ -161,8 +163,21 @@ struct Case {
   ReduceOp op;
 };
 
+struct Named {
+  const char* name;
+  Algorithm run;
+};
+constexpr Named kAlgorithms[] = {
+    {"ring", &ring_allreduce},
+    {"recursive_doubling", &recursive_doubling_allreduce},
+    {"direct_one_shot", &direct_one_shot_allreduce},
+    {"direct_two_shot", &direct_two_shot_allreduce},
+};
+
 Algorithm algorithm_named(const std::string& name) {
-  return name == "ring" ? &ring_allreduce : &recursive_doubling_allreduce;
+  for (const auto& a : kAlgorithms)
+    if (name == a.name) return a.run;
+  throw std::runtime_error("no algorithm " + name);
 }
 
 class AlgorithmMatrix : public ::testing::TestWithParam<Case> {};
@@ -188,11 +203,11 @@ TEST_P(AlgorithmMatrix, MatchesSequentialReferenceToTheBit) {
 
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
-  for (const char* name : {"ring", "recursive_doubling"})
+  for (const Named& algorithm : kAlgorithms)
     for (int t = 0; t < kDataTypeCount; ++t)
       for (int o = 0; o < kReduceOpCount; ++o)
         if (is_supported(static_cast<DataType>(t), static_cast<ReduceOp>(o)))
-          cases.push_back({name, static_cast<DataType>(t), static_cast<ReduceOp>(o)});
+          cases.push_back({algorithm.name, static_cast<DataType>(t), static_cast<ReduceOp>(o)});
   return cases;
 }
 
@@ -204,11 +219,12 @@ INSTANTIATE_TEST_SUITE_P(AllTypesAndOps, AlgorithmMatrix, ::testing::ValuesIn(al
                          });
 
 TEST(Algorithms, SixtyFourRanks) {
-  for (Algorithm algorithm : {Algorithm{&ring_allreduce}, Algorithm{&recursive_doubling_allreduce}})
+  for (const Named& algorithm : kAlgorithms)
     for (std::size_t count :
          {std::size_t{0}, std::size_t{63}, std::size_t{65}, std::size_t{1000}}) {
+      SCOPED_TRACE(algorithm.name);
       const Bytes want = reference(DataType::int32, ReduceOp::sum, 64, count);
-      const auto got = run(algorithm, 64, count, DataType::int32, ReduceOp::sum, false,
+      const auto got = run(algorithm.run, 64, count, DataType::int32, ReduceOp::sum, false,
                            [&](int r) { return input(DataType::int32, ReduceOp::sum, r, count); });
       for (const auto& g : got) ASSERT_TRUE(g == want) << "count " << count;
     }
@@ -229,10 +245,11 @@ TEST(Ring, LargeBuffersAreSegmentedAndPipelined) {
 
 TEST(Algorithms, RandomFloatsGiveBitIdenticalResultsOnEveryRank) {
   const std::size_t count = 100003;
-  for (Algorithm algorithm : {Algorithm{&ring_allreduce}, Algorithm{&recursive_doubling_allreduce}})
+  for (const Named& algorithm : kAlgorithms)
     for (int p : {3, 5, 6}) {
+      SCOPED_TRACE(algorithm.name);
       const auto got =
-          run(algorithm, p, count, DataType::float32, ReduceOp::sum, false, [&](int r) {
+          run(algorithm.run, p, count, DataType::float32, ReduceOp::sum, false, [&](int r) {
             std::mt19937 rng(static_cast<unsigned>(r));
             std::normal_distribution<float> d;
             Bytes b(count * 4);

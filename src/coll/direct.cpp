@@ -1,0 +1,100 @@
+#include "coll/direct.hpp"
+
+#include "reduce/reduce.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+namespace chorus::coll {
+namespace {
+
+// Every rank sends send_bytes(q) bytes at send_at(q) to each peer q and
+// receives recv_bytes(q) at recv_at(q) from it; returns when all is done.
+template <class SendAt, class SendBytes, class RecvAt, class RecvBytes>
+void all_to_all(const Collective& c, unsigned phase, SendAt send_at, SendBytes send_bytes,
+                RecvAt recv_at, RecvBytes recv_bytes) {
+  transport::Transport& t = c.transport;
+  std::vector<transport::RequestPtr> requests;
+  for (int q = 0; q < t.size(); ++q)
+    if (q != t.rank())
+      requests.push_back(t.irecv(q, c.message_tag(phase, 0, 0), recv_at(q), recv_bytes(q)));
+  for (int q = 0; q < t.size(); ++q)
+    if (q != t.rank())
+      requests.push_back(t.isend(q, c.message_tag(phase, 0, 0), send_at(q), send_bytes(q)));
+  t.wait_all(requests, c.deadline);
+}
+
+// dst = part(0) op part(1) op ... op part(p-1), in that order.
+template <class Part>
+void reduce_in_rank_order(void* dst, int p, Part part, std::size_t count, DataType type,
+                          ReduceOp op) {
+  if (count == 0) return;
+  reduce::reduce(dst, part(0), part(1), count, type, op);
+  for (int q = 2; q < p; ++q) reduce::reduce(dst, dst, part(q), count, type, op);
+}
+
+}  // namespace
+
+void direct_one_shot_allreduce(const Collective& c, const void* send, void* recv, std::size_t count,
+                               DataType type, ReduceOp op) {
+  transport::Transport& t = c.transport;
+  const int p = t.size(), r = t.rank();
+  const std::size_t bytes = count * size_of(type);
+  if (p == 1) {
+    if (send != recv && bytes) std::memcpy(recv, send, bytes);
+    return;
+  }
+  // Slot q holds rank q's contribution; ours too, since recv may be send.
+  std::vector<std::byte> slots(static_cast<std::size_t>(p) * bytes);
+  auto slot = [&](int q) { return slots.data() + static_cast<std::size_t>(q) * bytes; };
+  if (bytes) std::memcpy(slot(r), send, bytes);
+  const auto whole = [&](int) { return bytes; };
+  all_to_all(
+      c, 0, [&](int) { return slot(r); }, whole, [&](int q) { return slot(q); }, whole);
+  reduce_in_rank_order(recv, p, slot, count, type, op);
+  if (op == ReduceOp::avg && count) reduce::divide(recv, count, type, static_cast<std::size_t>(p));
+}
+
+void direct_two_shot_allreduce(const Collective& c, const void* send, void* recv, std::size_t count,
+                               DataType type, ReduceOp op) {
+  transport::Transport& t = c.transport;
+  const int p = t.size(), r = t.rank();
+  const std::size_t esize = size_of(type);
+  if (p == 1) {
+    if (send != recv && count) std::memcpy(recv, send, count * esize);
+    return;
+  }
+  const auto up = static_cast<std::size_t>(p);
+  auto chunk_count = [&](int q) {
+    return count / up + (static_cast<std::size_t>(q) < count % up ? 1 : 0);
+  };
+  auto chunk_offset = [&](int q) {
+    const auto uq = static_cast<std::size_t>(q);
+    return (uq * (count / up) + std::min(uq, count % up)) * esize;
+  };
+  const std::size_t mine = chunk_count(r);
+  const auto* in = static_cast<const std::byte*>(send);
+  auto* out = static_cast<std::byte*>(recv);
+
+  // Reduce-scatter: everyone's piece of chunk r lands in slot q; ours is
+  // copied in too, since recv may be send and is written below.
+  std::vector<std::byte> slots(up * mine * esize);
+  auto slot = [&](int q) { return slots.data() + static_cast<std::size_t>(q) * mine * esize; };
+  if (mine) std::memcpy(slot(r), in + chunk_offset(r), mine * esize);
+  const auto chunk_bytes = [&](int q) { return chunk_count(q) * esize; };
+  const auto my_chunk_bytes = [&](int) { return mine * esize; };
+  all_to_all(
+      c, 0, [&](int q) { return in + chunk_offset(q); }, chunk_bytes,
+      [&](int q) { return slot(q); }, my_chunk_bytes);
+  reduce_in_rank_order(out + chunk_offset(r), p, slot, mine, type, op);
+  if (op == ReduceOp::avg && mine)
+    reduce::divide(out + chunk_offset(r), mine, type, static_cast<std::size_t>(p));
+
+  // Allgather: our finished chunk to everyone, theirs into place.
+  all_to_all(
+      c, 1, [&](int) { return out + chunk_offset(r); }, my_chunk_bytes,
+      [&](int q) { return out + chunk_offset(q); }, chunk_bytes);
+}
+
+}  // namespace chorus::coll
