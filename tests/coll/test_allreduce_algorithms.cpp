@@ -1,5 +1,5 @@
-// The AllReduce algorithms (ring, recursive doubling, direct one- and
-// two-shot) over the local
+// The AllReduce algorithms (ring, recursive doubling, halving-doubling,
+// direct one- and two-shot) over the local
 // transport (ranks as threads), against a
 // sequential reference: every dtype x op, p from 1 to 64, counts around p
 // and with tails, in place and out of place. Inputs are integer-valued, so
@@ -7,6 +7,7 @@
 // the reference to the bit; a random-data case checks that all ranks agree
 // to the bit among themselves.
 #include "coll/direct.hpp"
+#include "coll/halving_doubling.hpp"
 #include "coll/recursive_doubling.hpp"
 #include "coll/ring.hpp"
 #include "reduce/float16.hpp"
@@ -170,6 +171,7 @@ struct Named {
 constexpr Named kAlgorithms[] = {
     {"ring", &ring_allreduce},
     {"recursive_doubling", &recursive_doubling_allreduce},
+    {"halving_doubling", &halving_doubling_allreduce},
     {"direct_one_shot", &direct_one_shot_allreduce},
     {"direct_two_shot", &direct_two_shot_allreduce},
 };
