@@ -1,5 +1,7 @@
 #include "coll/halving_doubling.hpp"
 
+#include "coll/fold.hpp"
+
 #include "reduce/reduce.hpp"
 
 #include <algorithm>
@@ -11,31 +13,21 @@ namespace chorus::coll {
 void halving_doubling_allreduce(const Collective& c, const void* send, void* recv,
                                 std::size_t count, DataType type, ReduceOp op) {
   transport::Transport& t = c.transport;
-  const int p = t.size(), r = t.rank();
+  const int p = t.size();
   const std::size_t esize = size_of(type);
   const std::size_t bytes = count * esize;
   auto* out = static_cast<std::byte*>(recv);
   if (send != recv && bytes) std::memcpy(out, send, bytes);
   if (p == 1) return;
 
-  int p2 = 1;
-  while (p2 * 2 <= p) p2 *= 2;
-  const int folded = p - p2;
-
-  // Fold: ranks 0, 2, ..., 2*folded-2 give their data to the next rank and
-  // get the finished result back at the end.
-  if (r < 2 * folded && r % 2 == 0) {
-    t.wait(*t.isend(r + 1, c.message_tag(0, 0, 0), out, bytes), c.deadline);
-    t.wait(*t.irecv(r + 1, c.message_tag(0, 1, 0), out, bytes), c.deadline);
+  PowerOfTwoFold fold(c, out, count, type, op);
+  if (!fold.enter()) {
+    fold.finish();
     return;
   }
+  const int p2 = fold.p2(), vr = fold.virtual_rank();
+  auto real_rank = [&](int v) { return fold.real_rank(v); };
   std::vector<std::byte> incoming(bytes);
-  if (r < 2 * folded) {
-    t.wait(*t.irecv(r - 1, c.message_tag(0, 0, 0), incoming.data(), bytes), c.deadline);
-    if (count) reduce::reduce(out, incoming.data(), count, type, op);
-  }
-  const int vr = r < 2 * folded ? r / 2 : r - folded;
-  auto real_rank = [&](int v) { return v < folded ? 2 * v + 1 : v + folded; };
 
   // Blocks: count split into p2 parts; [lo, hi) is a range of blocks.
   const auto blocks = static_cast<std::size_t>(p2);
@@ -80,8 +72,7 @@ void halving_doubling_allreduce(const Collective& c, const void* send, void* rec
     lo = std::min(lo, their_lo), hi = std::max(hi, their_hi);
   }
 
-  if (r < 2 * folded)  // hand the result back to the folded partner
-    t.wait(*t.isend(r - 1, c.message_tag(0, 1, 0), out, bytes), c.deadline);
+  fold.finish();
 }
 
 }  // namespace chorus::coll

@@ -5,7 +5,7 @@
 // with far fewer steps, for mid to large buffers on few ranks.
 //
 // A rank count that is not a power of two is folded first, exactly as in
-// recursive_doubling.hpp. Each block is reduced by one rank in a fixed
+// recursive_doubling.hpp (fold.hpp). Each block is reduced by one rank in a fixed
 // order and then copied, so all ranks end bit-identical. Same contract as
 // ring.hpp otherwise.
 #pragma once

@@ -3,7 +3,7 @@
 // latency steps of all (the choice for tiny buffers), log2(p) * n bytes
 // sent per rank.
 //
-// A rank count that is not a power of two is folded first: of the first
+// A rank count that is not a power of two is folded first (fold.hpp): of the first
 // 2*(p - p2) ranks (p2 the largest power of two <= p), each even one hands
 // its buffer to the odd one after it and waits for the result, which comes
 // back at the end. Both partners of an exchange compute a op b, which is

@@ -1,0 +1,44 @@
+#include "coll/fold.hpp"
+
+#include "reduce/reduce.hpp"
+
+#include <vector>
+
+namespace chorus::coll {
+
+PowerOfTwoFold::PowerOfTwoFold(const Collective& c, void* buf, std::size_t count, DataType type,
+                               ReduceOp op)
+    : c_(c), buf_(buf), count_(count), type_(type), op_(op) {
+  const int p = c.transport.size(), r = c.transport.rank();
+  while (p2_ * 2 <= p) p2_ *= 2;
+  folded_ = p - p2_;
+  virtual_rank_ = r < 2 * folded_ ? r / 2 : r - folded_;
+}
+
+bool PowerOfTwoFold::enter() {
+  transport::Transport& t = c_.transport;
+  const int r = t.rank();
+  const std::size_t bytes = count_ * size_of(type_);
+  if (r >= 2 * folded_) return true;
+  if (r % 2 == 0) {
+    t.wait(*t.isend(r + 1, c_.message_tag(0, 0, 0), buf_, bytes), c_.deadline);
+    return false;
+  }
+  std::vector<std::byte> incoming(bytes);
+  t.wait(*t.irecv(r - 1, c_.message_tag(0, 0, 0), incoming.data(), bytes), c_.deadline);
+  if (count_) reduce::reduce(buf_, incoming.data(), count_, type_, op_);
+  return true;
+}
+
+void PowerOfTwoFold::finish() {
+  transport::Transport& t = c_.transport;
+  const int r = t.rank();
+  const std::size_t bytes = count_ * size_of(type_);
+  if (r >= 2 * folded_) return;
+  if (r % 2 == 0)
+    t.wait(*t.irecv(r + 1, c_.message_tag(0, 1, 0), buf_, bytes), c_.deadline);
+  else
+    t.wait(*t.isend(r - 1, c_.message_tag(0, 1, 0), buf_, bytes), c_.deadline);
+}
+
+}  // namespace chorus::coll
