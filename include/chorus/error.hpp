@@ -22,6 +22,7 @@ enum class ErrorCode {
   mismatched_collective,  // ranks called different collectives or arguments
   transport_error,        // the network or a transport library failed
   internal,               // a bug in chorus: please report it
+  aborted,                // the communicator was aborted (abort() on this rank)
 };
 
 // "invalid argument", "peer failure", ...

@@ -1,29 +1,60 @@
 // What every collective algorithm receives: the transport, this call's tag
-// space, and its deadline. Algorithms see no sockets, stores or endpoints.
+// space, its deadline, and the call check that runs beside it. Algorithms
+// see no sockets, stores or endpoints.
 //
 // Tags: every message of one collective call carries the call's sequence
 // number (its low 16 bits) in the top of the 40-bit transport tag, so that
 // two calls in flight never mix; the rest says which message of the call it
-// is (phase, step, segment), laid out by message_tag().
+// is (phase, step, segment), laid out by message_tag(). Segment
+// kCheckSegment belongs to the call check (coll/call_check.hpp).
+//
+// Algorithms wait only through wait()/wait_all(): they keep the call check
+// moving, and on any error they abort the transport before the algorithm's
+// buffers go away, so no pending request outlives the memory it points to.
 #pragma once
 
 #include "transport/transport.hpp"
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
+#include <span>
 
 namespace chorus::coll {
+
+class CallCheck;
+
+inline constexpr unsigned kMaxSteps = 2048;
+inline constexpr unsigned kMaxSegments = 4095;  // segments 0..4094
+inline constexpr unsigned kCheckSegment = 4095;
 
 struct Collective {
   transport::Transport& transport;
   std::uint32_t sequence;  // this call's number on its communicator
   transport::Deadline deadline;
+  CallCheck* check = nullptr;  // none in algorithm-only tests
+  // Set (by another thread) to make every wait end with ErrorCode::aborted.
+  const std::atomic<bool>* abort_requested = nullptr;
 
-  // phase < 2, step < 2048, segment < 4096.
+  // phase < 2, step < kMaxSteps, segment <= kCheckSegment.
   transport::Tag message_tag(unsigned phase, unsigned step, unsigned segment) const {
     return (static_cast<transport::Tag>(sequence & 0xFFFFu) << 24) |
            (static_cast<transport::Tag>(phase & 1u) << 23) |
            (static_cast<transport::Tag>(step & 0x7FFu) << 12) | (segment & 0xFFFu);
   }
+
+  // Transport::wait with the call check polled (and `also`, when given:
+  // an algorithm that drives several schedules at once advances them while
+  // it waits for one); on error, see fail().
+  void wait(const transport::Request& request, const std::function<void()>& also = nullptr) const;
+  void wait_all(std::span<const transport::RequestPtr> requests) const;
+
+  // Ends the call with `error`: when the call check has not finished, it
+  // gets a moment to finish, and its mismatch (the cause, when ranks called
+  // differently) replaces `error`; then the transport is aborted with the
+  // reason, which fails every pending request and tells the peers, and the
+  // error is thrown.
+  [[noreturn]] void fail(const Error& error) const;
 };
 
 }  // namespace chorus::coll

@@ -22,7 +22,7 @@ void all_to_all(const Collective& c, unsigned phase, SendAt send_at, SendBytes s
   for (int q = 0; q < t.size(); ++q)
     if (q != t.rank())
       requests.push_back(t.isend(q, c.message_tag(phase, 0, 0), send_at(q), send_bytes(q)));
-  t.wait_all(requests, c.deadline);
+  c.wait_all(requests);
 }
 
 // dst = part(0) op part(1) op ... op part(p-1), in that order.

@@ -21,11 +21,11 @@ bool PowerOfTwoFold::enter() {
   const std::size_t bytes = count_ * size_of(type_);
   if (r >= 2 * folded_) return true;
   if (r % 2 == 0) {
-    t.wait(*t.isend(r + 1, c_.message_tag(0, 0, 0), buf_, bytes), c_.deadline);
+    c_.wait(*t.isend(r + 1, c_.message_tag(0, 0, 0), buf_, bytes));
     return false;
   }
   std::vector<std::byte> incoming(bytes);
-  t.wait(*t.irecv(r - 1, c_.message_tag(0, 0, 0), incoming.data(), bytes), c_.deadline);
+  c_.wait(*t.irecv(r - 1, c_.message_tag(0, 0, 0), incoming.data(), bytes));
   if (count_) reduce::reduce(buf_, incoming.data(), count_, type_, op_);
   return true;
 }
@@ -36,9 +36,9 @@ void PowerOfTwoFold::finish() {
   const std::size_t bytes = count_ * size_of(type_);
   if (r >= 2 * folded_) return;
   if (r % 2 == 0)
-    t.wait(*t.irecv(r + 1, c_.message_tag(0, 1, 0), buf_, bytes), c_.deadline);
+    c_.wait(*t.irecv(r + 1, c_.message_tag(0, 1, 0), buf_, bytes));
   else
-    t.wait(*t.isend(r - 1, c_.message_tag(0, 1, 0), buf_, bytes), c_.deadline);
+    c_.wait(*t.isend(r - 1, c_.message_tag(0, 1, 0), buf_, bytes));
 }
 
 }  // namespace chorus::coll

@@ -47,9 +47,9 @@ void halving_doubling_allreduce(const Collective& c, const void* send, void* rec
     auto in = t.irecv(partner, c.message_tag(1, step, 0), incoming.data(), keep_n * esize);
     auto sent =
         t.isend(partner, c.message_tag(1, step, 0), out + element(give_lo) * esize, give_n * esize);
-    t.wait(*in, c.deadline);
+    c.wait(*in);
     if (keep_n) reduce::reduce(out + element(keep_lo) * esize, incoming.data(), keep_n, type, op);
-    t.wait(*sent, c.deadline);
+    c.wait(*sent);
     lo = keep_lo, hi = keep_hi;
   }
   // Now [lo, hi) is our block vr, complete.
@@ -67,8 +67,8 @@ void halving_doubling_allreduce(const Collective& c, const void* send, void* rec
                       (element(their_hi) - element(their_lo)) * esize);
     auto sent = t.isend(partner, c.message_tag(1, step, 0), out + element(lo) * esize,
                         (element(hi) - element(lo)) * esize);
-    t.wait(*in, c.deadline);
-    t.wait(*sent, c.deadline);
+    c.wait(*in);
+    c.wait(*sent);
     lo = std::min(lo, their_lo), hi = std::max(hi, their_hi);
   }
 

@@ -29,8 +29,8 @@ void recursive_doubling_allreduce(const Collective& c, const void* send, void* r
     const transport::Tag tag = c.message_tag(1, step, 0);
     auto in = t.irecv(partner, tag, incoming.data(), bytes);
     auto out = t.isend(partner, tag, recv, bytes);
-    t.wait(*in, c.deadline);
-    t.wait(*out, c.deadline);  // recv is about to change under the send
+    c.wait(*in);
+    c.wait(*out);  // recv is about to change under the send
     if (bytes) reduce::reduce(recv, incoming.data(), count, type, op);
   }
   if (op == ReduceOp::avg && bytes) reduce::divide(recv, count, type, static_cast<std::size_t>(p));

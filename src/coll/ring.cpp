@@ -51,7 +51,7 @@ void ring_allreduce(const Collective& c, const void* send, void* recv, std::size
   const std::size_t largest = chunks.size(0);
   const std::size_t seg_elems = std::max<std::size_t>(1, kSegmentBytes / esize);
   const std::size_t max_segments = std::max<std::size_t>(1, (largest + seg_elems - 1) / seg_elems);
-  if (max_segments > 4096 || p > 2048)
+  if (max_segments > kMaxSegments || p > kMaxSteps)
     throw Error(
         ErrorCode::unsupported,
         fmt::format("ring allreduce: {} elements over {} ranks exceeds the tag space", count, p));
@@ -101,7 +101,7 @@ void ring_allreduce(const Collective& c, const void* send, void* recv, std::size
     const std::size_t n = chunks.size(chunk);
     for (std::size_t s = 0; s < segments_of(n); ++s) {
       const Span g = segment(n, seg_elems, s);
-      t.wait(*receives[s], c.deadline);
+      c.wait(*receives[s]);
       std::byte* dst = at(out, chunk, g.first);
       const std::byte* mine = at_const(in, chunk, g.first);
       if (in_place) {
@@ -120,7 +120,7 @@ void ring_allreduce(const Collective& c, const void* send, void* recv, std::size
     receives = std::move(upcoming);
   }
   // Partial sums still being sent live in the chunks the allgather writes.
-  t.wait_all(sends, c.deadline);
+  c.wait_all(sends);
   sends.clear();
 
   // ---- allgather: pass the finished chunks around the ring ---------------
@@ -143,7 +143,7 @@ void ring_allreduce(const Collective& c, const void* send, void* recv, std::size
                              at(out, chunk, g.first), g.length * esize));
     }
     for (std::size_t s = 0; s < reqs.size(); ++s) {
-      t.wait(*reqs[s], c.deadline);
+      c.wait(*reqs[s]);
       if (step + 2 < p) {
         const Span g = segment(n, seg_elems, s);
         sends.push_back(t.isend(next, c.message_tag(1, step + 1, static_cast<unsigned>(s)),
@@ -151,7 +151,7 @@ void ring_allreduce(const Collective& c, const void* send, void* recv, std::size
       }
     }
   }
-  t.wait_all(sends, c.deadline);
+  c.wait_all(sends);
 }
 
 }  // namespace chorus::coll

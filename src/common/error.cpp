@@ -18,6 +18,8 @@ std::string_view to_string(ErrorCode code) noexcept {
       return "transport error";
     case ErrorCode::internal:
       return "internal error";
+    case ErrorCode::aborted:
+      return "aborted";
   }
   return "unknown error";
 }

@@ -87,12 +87,15 @@ Deadline deadline_after(double seconds) {
          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 
-void Transport::wait(const Request& request, Deadline deadline) {
+void Transport::wait(const Request& request, Deadline deadline,
+                     const std::function<void()>& on_poll) {
   const auto start = Clock::now();
   auto idle_since = start;
   unsigned idle_polls = 0;
   while (!request.done()) {
-    if (progress()) {
+    const bool moved = progress();
+    if (on_poll) on_poll();
+    if (moved) {
       idle_polls = 0;
       continue;
     }
@@ -122,8 +125,9 @@ void Transport::wait(const Request& request, Deadline deadline) {
   }
 }
 
-void Transport::wait_all(std::span<const RequestPtr> requests, Deadline deadline) {
-  for (const auto& r : requests) wait(*r, deadline);
+void Transport::wait_all(std::span<const RequestPtr> requests, Deadline deadline,
+                         const std::function<void()>& on_poll) {
+  for (const auto& r : requests) wait(*r, deadline, on_poll);
 }
 
 }  // namespace chorus::transport

@@ -30,6 +30,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -120,9 +121,13 @@ class Transport {
   // Progress, then whether `request` is done.
   bool test(const Request& request);
   // Until `request` ends: throws its error if it failed, or a timeout Error
-  // naming the peer, tag and how long it waited.
-  void wait(const Request& request, Deadline deadline);
-  void wait_all(std::span<const RequestPtr> requests, Deadline deadline);
+  // naming the peer, tag and how long it waited. `on_poll`, when given, runs
+  // after every progress pass (a collective advances side work with it, and
+  // may end the wait by throwing).
+  void wait(const Request& request, Deadline deadline,
+            const std::function<void()>& on_poll = nullptr);
+  void wait_all(std::span<const RequestPtr> requests, Deadline deadline,
+                const std::function<void()>& on_poll = nullptr);
 
  protected:
   // Argument checks shared by every implementation.

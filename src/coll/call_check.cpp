@@ -1,0 +1,112 @@
+#include "coll/call_check.hpp"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <type_traits>
+
+namespace chorus::coll {
+
+std::string_view to_string(CollectiveKind kind) noexcept {
+  switch (kind) {
+    case CollectiveKind::allreduce: return "allreduce";
+  }
+  return "unknown collective";
+}
+
+std::string describe(const CallSignature& s, std::string_view algorithm_name) {
+  const auto kind = static_cast<CollectiveKind>(s.kind);
+  const auto type = static_cast<DataType>(s.datatype);
+  const auto op = static_cast<ReduceOp>(s.op);
+  std::string text = fmt::format("{}(count={}, {}", to_string(kind), s.count, to_string(type));
+  if (kind == CollectiveKind::allreduce) text += fmt::format(", {}", to_string(op));
+  if (s.root >= 0) text += fmt::format(", root={}", s.root);
+  return text + fmt::format(", {})", algorithm_name);
+}
+
+namespace {
+// The rounds of a dissemination exchange over p ranks: ceil(log2 p).
+int rounds_for(int p) {
+  int rounds = 0;
+  for (int reach = 1; reach < p; reach *= 2) ++rounds;
+  return rounds;
+}
+}  // namespace
+
+CallCheck::CallCheck(const Collective& collective, const CallSignature& mine,
+                     std::string_view (*name_algorithm)(std::uint8_t))
+    : collective_(collective), name_algorithm_(name_algorithm) {
+  static_assert(std::is_trivially_copyable_v<Extremes>);
+  const int p = collective.transport.size();
+  rounds_ = rounds_for(p);
+  seen_ = {mine, mine, collective.transport.rank(), collective.transport.rank()};
+  outgoing_.resize(static_cast<std::size_t>(rounds_));
+  if (rounds_ > 0) start_round();
+}
+
+CallCheck::~CallCheck() = default;
+
+void CallCheck::start_round() {
+  transport::Transport& t = collective_.transport;
+  const int p = t.size(), r = t.rank(), reach = 1 << round_;
+  const auto tag = collective_.message_tag(1, static_cast<unsigned>(round_), kCheckSegment);
+  receive_ = t.irecv((r - reach % p + p) % p, tag, &incoming_, sizeof incoming_);
+  outgoing_[static_cast<std::size_t>(round_)] = seen_;
+  sends_.push_back(t.isend((r + reach) % p, tag, &outgoing_[static_cast<std::size_t>(round_)],
+                           sizeof(Extremes)));
+}
+
+bool CallCheck::sends_done() const noexcept {
+  for (const auto& s : sends_)
+    if (!s->done()) return false;
+  return true;
+}
+
+void CallCheck::poll() {
+  while (round_ < rounds_ && receive_->done()) {
+    if (const Error* e = receive_->error()) throw *e;
+    if (receive_->received_bytes() != sizeof incoming_)
+      throw Error(ErrorCode::mismatched_collective,
+                  fmt::format("rank {}: the call check from rank {} has {} bytes, not {}: the "
+                              "ranks run different versions of chorus or different collectives",
+                              collective_.transport.rank(), receive_->peer(),
+                              receive_->received_bytes(), sizeof incoming_));
+    if (incoming_.low < seen_.low ||
+        (incoming_.low == seen_.low && incoming_.low_rank < seen_.low_rank)) {
+      seen_.low = incoming_.low;
+      seen_.low_rank = incoming_.low_rank;
+    }
+    if (seen_.high < incoming_.high ||
+        (incoming_.high == seen_.high && incoming_.high_rank < seen_.high_rank)) {
+      seen_.high = incoming_.high;
+      seen_.high_rank = incoming_.high_rank;
+    }
+    if (++round_ < rounds_) start_round();
+  }
+  for (const auto& s : sends_)
+    if (const Error* e = s->error()) throw *e;
+  if (round_ == rounds_) throw_if_mismatched();
+}
+
+void CallCheck::throw_if_mismatched() const {
+  if (seen_.low == seen_.high) return;
+  throw Error(ErrorCode::mismatched_collective,
+              fmt::format("ranks called different collectives as call #{}: rank {} called {}, "
+                          "rank {} called {}",
+                          collective_.sequence, seen_.low_rank,
+                          describe(seen_.low, name_algorithm_(seen_.low.algorithm)),
+                          seen_.high_rank,
+                          describe(seen_.high, name_algorithm_(seen_.high.algorithm))));
+}
+
+void CallCheck::finish(transport::Deadline deadline) {
+  transport::Transport& t = collective_.transport;
+  while (round_ < rounds_) {
+    t.wait(*receive_, deadline, [this] { poll(); });
+    poll();
+  }
+  for (const auto& s : sends_) t.wait(*s, deadline);
+  throw_if_mismatched();
+}
+
+}  // namespace chorus::coll

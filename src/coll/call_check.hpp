@@ -1,0 +1,84 @@
+// Proof that every rank made the same call, so that a mismatch (another
+// count, dtype, op, root, algorithm or collective) is an error on every rank
+// instead of a silently wrong result.
+//
+// Each rank contributes its call's signature; a dissemination exchange of
+// ceil(log2 p) rounds of one small message each gives every rank the smallest
+// and the largest signature of all ranks (and who made them). They are equal
+// exactly when all ranks agree. The rounds run beside the algorithm: the
+// collective's waits call poll(), so the check adds messages but no latency
+// step, and it finishes even when the algorithm itself cannot (a mismatch may
+// leave a rank waiting for a message that will never come). Every rank ends
+// with the same verdict and the same message.
+//
+// Its messages use segment kCheckSegment of the call's tag space, which the
+// algorithms leave free.
+#pragma once
+
+#include "coll/collective.hpp"
+
+#include <chorus/types.hpp>
+
+#include <array>
+#include <compare>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace chorus::coll {
+
+enum class CollectiveKind : std::uint8_t { allreduce };
+std::string_view to_string(CollectiveKind kind) noexcept;
+
+struct CallSignature {
+  std::uint8_t kind = 0;       // CollectiveKind
+  std::uint8_t datatype = 0;   // DataType
+  std::uint8_t op = 0;         // ReduceOp
+  std::uint8_t algorithm = 0;  // which algorithm runs it (a name index)
+  std::int32_t root = -1;      // -1 when the collective has none
+  std::uint64_t count = 0;
+  auto operator<=>(const CallSignature&) const = default;
+};
+
+// "allreduce(count=1000, float32, sum, ring)"; `algorithm_name` names
+// signature.algorithm.
+std::string describe(const CallSignature& signature, std::string_view algorithm_name);
+
+class CallCheck {
+ public:
+  // Starts the exchange (posts round 0). `name_algorithm` turns an algorithm
+  // index into its name for messages.
+  CallCheck(const Collective& collective, const CallSignature& mine,
+            std::string_view (*name_algorithm)(std::uint8_t));
+  CallCheck(const CallCheck&) = delete;
+  CallCheck& operator=(const CallCheck&) = delete;
+  ~CallCheck();
+
+  // Moves the exchange forward without blocking. Throws the mismatch Error
+  // once the exchange has shown one, or a peer's failure.
+  void poll();
+  // Blocks until the exchange is over (bounded by `deadline`); throws the
+  // mismatch Error if the ranks disagree.
+  void finish(transport::Deadline deadline);
+  bool finished() const noexcept { return round_ == rounds_ && sends_done(); }
+
+ private:
+  struct Extremes {
+    CallSignature low, high;
+    std::int32_t low_rank = 0, high_rank = 0;
+  };
+  void start_round();
+  bool sends_done() const noexcept;
+  void throw_if_mismatched() const;
+
+  const Collective& collective_;
+  std::string_view (*name_algorithm_)(std::uint8_t);
+  int rounds_ = 0, round_ = 0;
+  Extremes seen_;
+  Extremes incoming_;
+  std::vector<Extremes> outgoing_;  // one per round: a send's buffer must live until it is done
+  transport::RequestPtr receive_;
+  std::vector<transport::RequestPtr> sends_;
+};
+
+}  // namespace chorus::coll

@@ -1,0 +1,47 @@
+#include "coll/collective.hpp"
+
+#include "coll/call_check.hpp"
+
+#include <algorithm>
+
+namespace chorus::coll {
+
+void Collective::wait(const transport::Request& request,
+                      const std::function<void()>& also) const {
+  try {
+    if (check == nullptr && !also && abort_requested == nullptr) {
+      transport.wait(request, deadline);
+    } else {
+      transport.wait(request, deadline, [&] {
+        if (abort_requested != nullptr && abort_requested->load(std::memory_order_relaxed))
+          throw Error(ErrorCode::aborted, "the communicator was aborted");
+        if (check != nullptr) check->poll();
+        if (also) also();
+      });
+    }
+  } catch (const Error& e) {
+    fail(e);
+  }
+}
+
+void Collective::wait_all(std::span<const transport::RequestPtr> requests) const {
+  for (const auto& r : requests) wait(*r);
+}
+
+void Collective::fail(const Error& error) const {
+  Error cause = error;
+  if (check != nullptr && cause.code() != ErrorCode::mismatched_collective &&
+      cause.code() != ErrorCode::aborted && !check->finished()) {
+    // A mismatch often shows first as a wrong-sized message or a wait that
+    // never ends; give the check up to a second to name the real cause.
+    try {
+      check->finish(std::min(deadline, transport::Clock::now() + std::chrono::seconds(1)));
+    } catch (const Error& e) {
+      if (e.code() == ErrorCode::mismatched_collective) cause = e;
+    }
+  }
+  transport.abort(cause.what());
+  throw cause;
+}
+
+}  // namespace chorus::coll
