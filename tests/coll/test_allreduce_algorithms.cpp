@@ -1,5 +1,5 @@
-// The AllReduce algorithms (ring, recursive doubling, halving-doubling,
-// direct one- and two-shot) over the local
+// The AllReduce algorithms (ring, double binary tree, recursive doubling,
+// halving-doubling, direct one- and two-shot) over the local
 // transport (ranks as threads), against a
 // sequential reference: every dtype x op, p from 1 to 64, counts around p
 // and with tails, in place and out of place. Inputs are integer-valued, so
@@ -10,6 +10,7 @@
 #include "coll/halving_doubling.hpp"
 #include "coll/recursive_doubling.hpp"
 #include "coll/ring.hpp"
+#include "coll/tree.hpp"
 #include "reduce/float16.hpp"
 #include "reduce/reduce.hpp"
 #include "transport/local/local_transport.hpp"
@@ -170,6 +171,7 @@ struct Named {
 };
 constexpr Named kAlgorithms[] = {
     {"ring", &ring_allreduce},
+    {"tree", &tree_allreduce},
     {"recursive_doubling", &recursive_doubling_allreduce},
     {"halving_doubling", &halving_doubling_allreduce},
     {"direct_one_shot", &direct_one_shot_allreduce},
@@ -232,16 +234,54 @@ TEST(Algorithms, SixtyFourRanks) {
     }
 }
 
-TEST(Ring, LargeBuffersAreSegmentedAndPipelined) {
-  const std::size_t count = (std::size_t{1} << 20) + 3;  // several 512 KiB segments per chunk
-  for (int p : {2, 3, 4}) {
-    for (bool in_place : {false, true}) {
-      const Bytes want = reference(DataType::float32, ReduceOp::sum, p, count);
-      const auto got =
-          run(&ring_allreduce, p, count, DataType::float32, ReduceOp::sum, in_place,
-              [&](int r) { return input(DataType::float32, ReduceOp::sum, r, count); });
-      for (const auto& g : got) ASSERT_TRUE(g == want) << "p " << p;
+TEST(Algorithms, LargeBuffersAreSegmentedAndPipelined) {
+  // Several segments per chunk (ring: 512 KiB) or per tree (128 KiB), more
+  // than the tree's window of segments in flight.
+  const std::size_t count = (std::size_t{1} << 20) + 3;
+  for (auto [name, algorithm] : {std::pair{"ring", &ring_allreduce}, {"tree", &tree_allreduce}})
+    for (int p : {2, 3, 4, 6}) {
+      for (bool in_place : {false, true}) {
+        SCOPED_TRACE(name);
+        const Bytes want = reference(DataType::float32, ReduceOp::sum, p, count);
+        const auto got =
+            run(algorithm, p, count, DataType::float32, ReduceOp::sum, in_place,
+                [&](int r) { return input(DataType::float32, ReduceOp::sum, r, count); });
+        for (const auto& g : got) {
+          std::size_t first_bad = 0;
+          while (first_bad < g.size() && g[first_bad] == want[first_bad]) ++first_bad;
+          ASSERT_TRUE(g == want) << "p " << p << (in_place ? " in place" : "") << ", first wrong byte "
+                                 << first_bad << " of " << g.size();
+        }
+      }
     }
+}
+
+TEST(Tree, BothTreesSpanEveryRankAndComplementEachOther) {
+  for (int p = 1; p <= 70; ++p) {
+    int leaves_in_both = 0;
+    std::vector<int> leaf_count(static_cast<std::size_t>(p), 0);
+    for (int which : {0, 1}) {
+      int roots = 0;
+      std::vector<int> parent_count(static_cast<std::size_t>(p), 0);
+      for (int r = 0; r < p; ++r) {
+        const TreeLinks links = tree_links(which, r, p);
+        ASSERT_LE(links.children.size(), 2u);
+        if (links.parent < 0) ++roots;
+        if (links.children.empty()) ++leaf_count[static_cast<std::size_t>(r)];
+        for (int child : links.children) {
+          ASSERT_GE(child, 0);
+          ASSERT_LT(child, p);
+          EXPECT_EQ(tree_links(which, child, p).parent, r) << "p " << p << " tree " << which;
+          ++parent_count[static_cast<std::size_t>(child)];
+        }
+      }
+      EXPECT_EQ(roots, 1) << "p " << p << " tree " << which;
+      for (int r = 0; r < p; ++r)  // every rank but the root has exactly one parent
+        EXPECT_EQ(parent_count[static_cast<std::size_t>(r)], tree_links(which, r, p).parent < 0 ? 0 : 1);
+    }
+    for (int c : leaf_count) leaves_in_both += c == 2;
+    // Interior work is shared: at most one rank (odd p) idles in both trees.
+    if (p > 1) EXPECT_LE(leaves_in_both, 1) << "p " << p;
   }
 }
 
