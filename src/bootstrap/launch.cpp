@@ -118,15 +118,18 @@ double timeout_seconds() {
   return seconds;
 }
 
-TransportKind transport_kind_from_env() {
-  const char* env = std::getenv("CHORUS_TRANSPORT");
-  const std::string v = env ? env : "";
+TransportKind parse_transport_kind(const std::string& v, std::string_view what) {
   if (v.empty() || v == "auto") return TransportKind::automatic;
   if (v == "ucx") return TransportKind::ucx;
   if (v == "tcp") return TransportKind::tcp;
   if (v == "local") return TransportKind::local;
   throw Error(ErrorCode::invalid_argument,
-              "CHORUS_TRANSPORT='" + v + "' is not one of auto, ucx, tcp, local");
+              fmt::format("{}='{}' is not one of auto, ucx, tcp, local", what, v));
+}
+
+TransportKind transport_kind_from_env() {
+  const char* env = std::getenv("CHORUS_TRANSPORT");
+  return parse_transport_kind(env ? env : "", "CHORUS_TRANSPORT");
 }
 
 std::string_view to_string(TransportKind kind) {

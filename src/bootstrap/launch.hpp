@@ -43,6 +43,8 @@ enum class TransportKind { automatic, ucx, tcp, local };
 // that are threads of one process: from the environment, that is a job of
 // one rank; groups of threads are built in-process with LocalFabric.
 TransportKind transport_kind_from_env();
+// "auto" (or empty), "ucx", "tcp", "local"; `what` names the setting in errors.
+TransportKind parse_transport_kind(const std::string& value, std::string_view what);
 std::string_view to_string(TransportKind kind);
 
 // Creates this rank's transport, publishes its address under

@@ -1,0 +1,101 @@
+/* Chorus C ABI: MPI-style collectives for frameworks and C programs,
+ * modelled on NCCL's API. Link with -lchorus (pkg-config chorus).
+ *
+ * Every function returns chorus_result_t; chorus_success is 0. No function
+ * throws or aborts the process: a failure is a result code, and
+ * chorus_get_last_error() says what went wrong. After a collective fails,
+ * the communicator is poisoned: later calls fail at once with the same
+ * error; destroy it (or abort it) and make a new one.
+ *
+ * Buffers: sendbuf == recvbuf means in place. float16 and bfloat16 buffers
+ * hold raw 16-bit IEEE binary16 / bfloat16 values.
+ *
+ * Threads: one thread at a time per communicator; different communicators
+ * are independent. */
+#ifndef CHORUS_CHORUS_H
+#define CHORUS_CHORUS_H
+
+#include <stddef.h>
+
+#if defined(__GNUC__) || defined(__clang__)
+#define CHORUS_C_API __attribute__((visibility("default")))
+#else
+#define CHORUS_C_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The error kinds of chorus::Error, plus success. */
+typedef enum {
+  chorus_success = 0,
+  chorus_invalid_argument = 1, /* a caller's argument is wrong; nothing was sent */
+  chorus_unsupported = 2,      /* valid request this build or machine cannot do */
+  chorus_timeout = 3,          /* a deadline passed (CHORUS_TIMEOUT) */
+  chorus_peer_failure = 4,     /* a peer died, disconnected or sent garbage */
+  chorus_mismatched_collective = 5, /* ranks called different collectives or arguments */
+  chorus_transport_error = 6,  /* the network or a transport library failed */
+  chorus_internal_error = 7,   /* a bug in chorus: please report it */
+  chorus_aborted = 8           /* the communicator was aborted */
+} chorus_result_t;
+
+typedef enum {
+  chorus_int8 = 0,
+  chorus_uint8 = 1,
+  chorus_int32 = 2,
+  chorus_uint32 = 3,
+  chorus_int64 = 4,
+  chorus_uint64 = 5,
+  chorus_float16 = 6,
+  chorus_bfloat16 = 7,
+  chorus_float32 = 8,
+  chorus_float64 = 9
+} chorus_datatype_t;
+
+typedef enum {
+  chorus_sum = 0,
+  chorus_prod = 1,
+  chorus_min = 2,
+  chorus_max = 3,
+  chorus_avg = 4, /* floating-point types only */
+  chorus_band = 5, /* integer types only, as bor and bxor */
+  chorus_bor = 6,
+  chorus_bxor = 7
+} chorus_redop_t;
+
+typedef struct chorus_comm* chorus_comm_t;
+
+/* "success", "invalid argument", "timeout", ... */
+CHORUS_C_API const char* chorus_get_error_string(chorus_result_t result);
+/* The message of the last failed call on `comm`; with comm == NULL, of the
+ * last failed chorus_comm_init* on this thread. Valid until the next call
+ * on the same communicator (or thread). "" when there was none. */
+CHORUS_C_API const char* chorus_get_last_error(chorus_comm_t comm);
+
+/* Rank, size and store from the environment (CHORUS_RANK, CHORUS_SIZE,
+ * CHORUS_STORE, or torchrun's, Open MPI's, PMI's or Slurm's variables).
+ * Collective over all ranks of the job. */
+CHORUS_C_API chorus_result_t chorus_comm_init_from_env(chorus_comm_t* comm);
+/* This process is `rank` of `size`, meeting at `store` ("tcp://host:port",
+ * served by rank 0, or "file:///shared/dir"). Collective. */
+CHORUS_C_API chorus_result_t chorus_comm_init(chorus_comm_t* comm, int rank, int size,
+                                              const char* store);
+CHORUS_C_API chorus_result_t chorus_comm_rank(chorus_comm_t comm, int* rank);
+CHORUS_C_API chorus_result_t chorus_comm_size(chorus_comm_t comm, int* size);
+/* Finishes this rank's pending work and frees the communicator. */
+CHORUS_C_API chorus_result_t chorus_comm_destroy(chorus_comm_t comm);
+/* Ends pending work with an error (telling the peers where the transport
+ * can) and frees the communicator, as ncclCommAbort does. */
+CHORUS_C_API chorus_result_t chorus_comm_abort(chorus_comm_t comm);
+
+/* recvbuf = op over all ranks of sendbuf, count elements of datatype. */
+CHORUS_C_API chorus_result_t chorus_allreduce(const void* sendbuf, void* recvbuf, size_t count,
+                                              chorus_datatype_t datatype, chorus_redop_t op,
+                                              chorus_comm_t comm);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CHORUS_CHORUS_H */

@@ -1,0 +1,154 @@
+// A communicator: the ranks of one job, connected, and the collectives they
+// run together.
+//
+// Contract:
+//  - Every rank makes the same collective calls in the same order (as in
+//    MPI). Ranks that do not (another collective, count, dtype, op or forced
+//    algorithm) all get an Error of kind mismatched_collective that says
+//    what differed; none returns a result.
+//  - Blocking calls return when this rank's output is final. Async calls
+//    return a Work at once; their buffers must stay untouched until it
+//    completes. Calls (blocking or not) run in the order they were made.
+//  - Every wait has a deadline (Options::timeout, else CHORUS_TIMEOUT,
+//    default 300 s). A dead peer fails the call within seconds.
+//  - After any error in a collective the communicator is poisoned: later
+//    calls fail at once with that first error. abort() ends pending work.
+//  - Invalid arguments throw Error(invalid_argument) before anything is
+//    sent, and do not poison.
+//  - One thread at a time should call a communicator's collectives (calls
+//    from several threads are serialized, but their order is then a race).
+#pragma once
+
+#include <chorus/algorithm.hpp>
+#include <chorus/error.hpp>
+#include <chorus/export.hpp>
+#include <chorus/types.hpp>
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+
+namespace chorus {
+
+struct Options {
+  // How collectives of this communicator pick their algorithm unless a call
+  // says otherwise. CHORUS_ALGO, when set to an algorithm, overrides both.
+  Algorithm algorithm = Algorithm::automatic;
+  // Deadline of every wait; CHORUS_TIMEOUT (seconds) when unset.
+  std::optional<std::chrono::duration<double>> timeout;
+  // "auto", "ucx", "tcp"; CHORUS_TRANSPORT when empty.
+  std::string transport;
+};
+
+struct CallOptions {
+  Algorithm algorithm = Algorithm::automatic;  // automatic: the communicator's choice
+};
+
+// The handle of an async collective.
+class CHORUS_API Work {
+ public:
+  Work();
+  ~Work();
+  Work(Work&&) noexcept;
+  Work& operator=(Work&&) noexcept;
+
+  // True once the collective has ended, well or not; never blocks or throws.
+  bool test() const;
+  // Blocks until the collective ends or `timeout` passes; returns whether it
+  // ended. Throws its Error if it failed.
+  bool wait(std::chrono::duration<double> timeout = std::chrono::hours(24 * 365));
+  // The error it ended with, once it has ended badly.
+  std::optional<Error> error() const;
+
+  struct State;
+  explicit Work(std::shared_ptr<State> state);
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+// Time spent in collectives, by algorithm: the first question when training
+// is slow is whether AllReduce dominates the step.
+struct Counters {
+  struct Entry {
+    std::uint64_t calls = 0;
+    std::uint64_t bytes = 0;  // payload bytes (count * size of dtype), per call summed
+    double seconds = 0;       // from the start of each call's run to its end
+  };
+  Entry total;
+  std::array<Entry, kAlgorithmCount> by_algorithm{};  // index: Algorithm
+};
+
+class CHORUS_API Communicator {
+ public:
+  // Rank, size and store from the environment (CHORUS_RANK/SIZE/STORE, or
+  // torchrun's, Open MPI's, PMI's or Slurm's variables; docs/tuning.md).
+  static Communicator from_env(const Options& options = {});
+  // Explicit: this process is `rank` of `size`, meeting at `store`
+  // ("tcp://host:port", served by rank 0, or "file:///shared/dir").
+  static Communicator connect(int rank, int size, const std::string& store,
+                              const Options& options = {});
+
+  Communicator(Communicator&&) noexcept;
+  Communicator& operator=(Communicator&&) noexcept;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+  // Finishes this rank's pending work, then closes its connections.
+  ~Communicator();
+
+  int rank() const;
+  int size() const;
+  // "ucx", "tcp" or "local".
+  std::string_view transport_name() const;
+
+  // recv = op over all ranks of send; send == recv means in place.
+  void allreduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
+                 const CallOptions& options = {});
+  Work allreduce_async(const void* send, void* recv, std::size_t count, DataType type,
+                       ReduceOp op, const CallOptions& options = {});
+
+  template <class T>
+  void allreduce(std::span<const T> send, std::span<T> recv, ReduceOp op,
+                 const CallOptions& options = {}) {
+    check_spans(send.size(), recv.size());
+    allreduce(send.data(), recv.data(), send.size(), datatype_of_v<T>, op, options);
+  }
+  template <class T>
+  void allreduce(std::span<T> buffer, ReduceOp op, const CallOptions& options = {}) {
+    allreduce(buffer.data(), buffer.data(), buffer.size(), datatype_of_v<T>, op, options);
+  }
+  template <class T>
+  Work allreduce_async(std::span<const T> send, std::span<T> recv, ReduceOp op,
+                       const CallOptions& options = {}) {
+    check_spans(send.size(), recv.size());
+    return allreduce_async(send.data(), recv.data(), send.size(), datatype_of_v<T>, op, options);
+  }
+  template <class T>
+  Work allreduce_async(std::span<T> buffer, ReduceOp op, const CallOptions& options = {}) {
+    return allreduce_async(buffer.data(), buffer.data(), buffer.size(), datatype_of_v<T>, op,
+                           options);
+  }
+
+  // Ends all pending and queued work with an error on this rank, tells the
+  // peers where the transport can, and poisons the communicator.
+  void abort(const std::string& reason = "aborted by the application");
+  // The first error, once poisoned.
+  std::optional<Error> error() const;
+
+  Counters counters() const;
+
+  struct Impl;
+  explicit Communicator(std::unique_ptr<Impl> impl);
+  Impl& impl() { return *impl_; }
+
+ private:
+  static void check_spans(std::size_t send, std::size_t recv);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace chorus

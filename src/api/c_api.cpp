@@ -1,0 +1,133 @@
+// The C ABI: each function turns every C++ exception into a result code and
+// keeps the message for chorus_get_last_error().
+#include <chorus/chorus.h>
+
+#include <chorus/communicator.hpp>
+
+#include <new>
+#include <string>
+
+struct chorus_comm {
+  chorus::Communicator communicator;
+  std::string last_error;
+};
+
+namespace {
+
+static_assert(static_cast<int>(chorus::ErrorCode::invalid_argument) == chorus_invalid_argument);
+static_assert(static_cast<int>(chorus::ErrorCode::aborted) == chorus_aborted);
+static_assert(static_cast<int>(chorus::DataType::float64) == chorus_float64);
+static_assert(static_cast<int>(chorus::ReduceOp::bxor) == chorus_bxor);
+
+thread_local std::string init_error;  // for failures with no communicator yet
+
+// Runs `body`, mapping what it throws to a result and a message in `where`.
+template <class Body>
+chorus_result_t guarded(std::string& where, Body&& body) noexcept {
+  try {
+    body();
+    return chorus_success;
+  } catch (const chorus::Error& e) {
+    where = e.what();
+    return static_cast<chorus_result_t>(e.code());
+  } catch (const std::bad_alloc&) {
+    where = "out of memory";
+    return chorus_internal_error;
+  } catch (const std::exception& e) {
+    where = e.what();
+    return chorus_internal_error;
+  } catch (...) {
+    where = "unknown exception";
+    return chorus_internal_error;
+  }
+}
+
+chorus_result_t null_comm(const char* function) {
+  init_error = std::string(function) + ": the communicator is NULL";
+  return chorus_invalid_argument;
+}
+
+template <class Make>
+chorus_result_t init(chorus_comm_t* comm, Make&& make) noexcept {
+  if (comm == nullptr) {
+    init_error = "chorus_comm_init: the output pointer is NULL";
+    return chorus_invalid_argument;
+  }
+  *comm = nullptr;
+  return guarded(init_error, [&] { *comm = new chorus_comm{make(), {}}; });
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* chorus_get_error_string(chorus_result_t result) {
+  switch (result) {
+    case chorus_success: return "success";
+    case chorus_invalid_argument: return "invalid argument";
+    case chorus_unsupported: return "unsupported";
+    case chorus_timeout: return "timeout";
+    case chorus_peer_failure: return "peer failure";
+    case chorus_mismatched_collective: return "mismatched collective";
+    case chorus_transport_error: return "transport error";
+    case chorus_internal_error: return "internal error";
+    case chorus_aborted: return "aborted";
+  }
+  return "unknown result";
+}
+
+const char* chorus_get_last_error(chorus_comm_t comm) {
+  return comm == nullptr ? init_error.c_str() : comm->last_error.c_str();
+}
+
+chorus_result_t chorus_comm_init_from_env(chorus_comm_t* comm) {
+  return init(comm, [] { return chorus::Communicator::from_env(); });
+}
+
+chorus_result_t chorus_comm_init(chorus_comm_t* comm, int rank, int size, const char* store) {
+  if (store == nullptr && size > 1) {
+    init_error = "chorus_comm_init: store is NULL (want tcp://host:port or file:///dir)";
+    return chorus_invalid_argument;
+  }
+  return init(comm, [&] { return chorus::Communicator::connect(rank, size, store ? store : ""); });
+}
+
+chorus_result_t chorus_comm_rank(chorus_comm_t comm, int* rank) {
+  if (comm == nullptr) return null_comm("chorus_comm_rank");
+  return guarded(comm->last_error, [&] {
+    if (rank == nullptr) throw chorus::Error(chorus::ErrorCode::invalid_argument, "chorus_comm_rank: rank is NULL");
+    *rank = comm->communicator.rank();
+  });
+}
+
+chorus_result_t chorus_comm_size(chorus_comm_t comm, int* size) {
+  if (comm == nullptr) return null_comm("chorus_comm_size");
+  return guarded(comm->last_error, [&] {
+    if (size == nullptr) throw chorus::Error(chorus::ErrorCode::invalid_argument, "chorus_comm_size: size is NULL");
+    *size = comm->communicator.size();
+  });
+}
+
+chorus_result_t chorus_comm_destroy(chorus_comm_t comm) {
+  if (comm == nullptr) return null_comm("chorus_comm_destroy");
+  return guarded(init_error, [&] { delete comm; });
+}
+
+chorus_result_t chorus_comm_abort(chorus_comm_t comm) {
+  if (comm == nullptr) return null_comm("chorus_comm_abort");
+  return guarded(init_error, [&] {
+    comm->communicator.abort("chorus_comm_abort");
+    delete comm;
+  });
+}
+
+chorus_result_t chorus_allreduce(const void* sendbuf, void* recvbuf, size_t count,
+                                 chorus_datatype_t datatype, chorus_redop_t op, chorus_comm_t comm) {
+  if (comm == nullptr) return null_comm("chorus_allreduce");
+  return guarded(comm->last_error, [&] {
+    comm->communicator.allreduce(sendbuf, recvbuf, count, static_cast<chorus::DataType>(datatype),
+                                 static_cast<chorus::ReduceOp>(op));
+  });
+}
+
+}  // extern "C"

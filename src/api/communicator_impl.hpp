@@ -1,0 +1,96 @@
+// The inside of a Communicator: its transport, how calls are ordered and run,
+// and its failure state. Tests build communicators over in-process
+// transports through make_communicator().
+#pragma once
+
+#include <chorus/communicator.hpp>
+
+#include "bootstrap/store.hpp"
+#include "coll/call_check.hpp"
+#include "coll/selector.hpp"
+#include "transport/transport.hpp"
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <set>
+#include <thread>
+
+namespace chorus {
+
+struct Work::State {
+  std::mutex mutex;
+  std::condition_variable done_cv;
+  bool done = false;
+  std::optional<Error> error;
+  void finish(std::optional<Error> e);
+};
+
+// One collective call, as this rank made it.
+struct Call {
+  coll::CallSignature signature;
+  coll::Variant variant;
+  std::uint32_t sequence;
+  const void* send;
+  void* recv;
+  std::size_t count;
+  DataType type;
+  ReduceOp op;
+};
+
+struct Communicator::Impl {
+  // Creates the communicator over a connected transport and measures the
+  // cost model (collective: every rank at once). `store` is kept for the
+  // communicator's life when this rank serves it.
+  Impl(std::unique_ptr<transport::Transport> transport, std::unique_ptr<bootstrap::Store> store,
+       const Options& options);
+  ~Impl();
+
+  void allreduce(const Call& call);  // runs it now, in order
+  Work allreduce_async(const Call& call);
+  Call make_allreduce(const void* send, void* recv, std::size_t count, DataType type,
+                      ReduceOp op, const CallOptions& options);
+  void abort(const std::string& reason);
+
+  // Runs one call on the transport; throws (and poisons) on error.
+  void run(const Call& call);
+  [[noreturn]] void throw_poisoned() const;
+  void worker_loop();
+  void wait_for_queue_drain(std::unique_lock<std::mutex>& queue_lock);
+  std::string describe(const Call& call) const;
+
+  std::unique_ptr<bootstrap::Store> store;  // outlives the transport
+  std::unique_ptr<transport::Transport> transport;
+  double timeout_seconds;
+  Algorithm algorithm;  // the communicator's default, CHORUS_ALGO applied
+  std::unique_ptr<coll::Selector> selector;
+
+  // Order: sequence numbers are handed out under submit_mutex, in call
+  // order; async calls queue for the worker thread; a blocking call waits
+  // for the queue to drain and runs on the caller's thread.
+  std::mutex submit_mutex;
+  std::uint32_t next_sequence = 1;  // 0 is the probe's
+  std::mutex queue_mutex;
+  std::condition_variable queue_cv;
+  std::deque<std::pair<Call, std::shared_ptr<Work::State>>> queue;
+  bool worker_busy = false, stopping = false;
+  std::thread worker;
+  std::mutex run_mutex;  // held while a call uses the transport
+
+  mutable std::mutex error_mutex;
+  std::optional<Error> first_error;
+  std::atomic<bool> poisoned{false};
+  std::atomic<bool> abort_requested{false};
+  bool transport_aborted = false;  // under run_mutex
+
+  mutable std::mutex counters_mutex;
+  Counters counters;
+  std::set<std::pair<int, coll::Variant>> logged_choices;  // under submit_mutex
+};
+
+Communicator make_communicator(std::unique_ptr<transport::Transport> transport,
+                               std::unique_ptr<bootstrap::Store> store, const Options& options);
+
+}  // namespace chorus

@@ -1,0 +1,232 @@
+#include "coll/selector.hpp"
+
+#include "coll/direct.hpp"
+#include "coll/halving_doubling.hpp"
+#include "coll/recursive_doubling.hpp"
+#include "coll/ring.hpp"
+#include "coll/tree.hpp"
+#include "reduce/reduce.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+namespace chorus::coll {
+
+namespace {
+constexpr std::string_view kVariantNames[kVariantCount] = {
+    "ring", "tree", "direct_one_shot", "direct_two_shot", "halving_doubling", "recursive_doubling"};
+
+std::optional<Variant> parse_variant(std::string_view name) {
+  for (int v = 0; v < kVariantCount; ++v)
+    if (kVariantNames[v] == name) return static_cast<Variant>(v);
+  return std::nullopt;
+}
+}  // namespace
+
+std::string_view to_string(Variant v) noexcept { return variant_name(static_cast<std::uint8_t>(v)); }
+
+std::string_view variant_name(std::uint8_t index) noexcept {
+  return index < kVariantCount ? kVariantNames[index] : "unknown algorithm";
+}
+
+Algorithm family(Variant v) noexcept {
+  switch (v) {
+    case Variant::ring: return Algorithm::ring;
+    case Variant::tree: return Algorithm::tree;
+    case Variant::direct_one_shot:
+    case Variant::direct_two_shot: return Algorithm::direct;
+    case Variant::halving_doubling: return Algorithm::halving_doubling;
+    case Variant::recursive_doubling: return Algorithm::recursive_doubling;
+  }
+  return Algorithm::automatic;
+}
+
+AllreduceFunction allreduce_function(Variant v) noexcept {
+  switch (v) {
+    case Variant::ring: return ring_allreduce;
+    case Variant::tree: return tree_allreduce;
+    case Variant::direct_one_shot: return direct_one_shot_allreduce;
+    case Variant::direct_two_shot: return direct_two_shot_allreduce;
+    case Variant::halving_doubling: return halving_doubling_allreduce;
+    case Variant::recursive_doubling: return recursive_doubling_allreduce;
+  }
+  return nullptr;
+}
+
+double predicted_seconds(Variant v, const CostModel& m, std::size_t bytes, int ranks) {
+  if (ranks <= 1) return 0;
+  const double n = static_cast<double>(bytes), p = ranks;
+  const int p2 = static_cast<int>(std::bit_floor(static_cast<unsigned>(ranks)));
+  const double log_p2 = std::log2(p2), log_p = std::ceil(std::log2(p));
+  // A non-power-of-two count folds: the extra ranks hand their whole buffer
+  // to a partner (reduced there) and get the result back.
+  const double fold = ranks == p2 ? 0 : 2 * m.alpha + 2 * n * m.beta + n * m.gamma;
+  const double share = (p - 1) / p;  // of the buffer a rank reduces and sends per phase
+  switch (v) {
+    case Variant::ring:
+      return 2 * (p - 1) * m.alpha + 2 * share * n * m.beta + share * n * m.gamma;
+    case Variant::tree:
+      // Two half-buffer trees at once, pipelined: the busiest (interior) rank
+      // takes two halves in and sends one up, then one in and two down.
+      return 2 * log_p * m.alpha + 2 * n * m.beta + n * m.gamma;
+    case Variant::direct_one_shot:
+      return (p - 1) * m.alpha + (p - 1) * n * (m.beta + m.gamma);
+    case Variant::direct_two_shot:
+      return 2 * (p - 1) * m.alpha + 2 * share * n * m.beta + share * n * m.gamma;
+    case Variant::halving_doubling: {
+      const double s2 = (p2 - 1.0) / p2;
+      return fold + 2 * log_p2 * m.alpha + 2 * s2 * n * m.beta + s2 * n * m.gamma;
+    }
+    case Variant::recursive_doubling:
+      return fold + log_p2 * (m.alpha + n * (m.beta + m.gamma));
+  }
+  return 0;
+}
+
+Tuning read_tuning(const std::string& path) {
+  std::ifstream in(path);
+  if (!in)
+    throw Error(ErrorCode::invalid_argument, fmt::format("tuning file {}: cannot be read", path));
+  Tuning tuning;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    if (auto hash = line.find('#'); hash != std::string::npos) line.erase(hash);
+    std::istringstream fields(line);
+    std::string kind;
+    if (!(fields >> kind)) continue;
+    auto bad = [&](std::string_view why) {
+      return Error(ErrorCode::invalid_argument,
+                   fmt::format("tuning file {} line {}: {} (in '{}')", path, number, why, line));
+    };
+    if (kind == "model") {
+      CostModel m;
+      if (!(fields >> m.alpha >> m.beta >> m.gamma) || m.alpha < 0 || m.beta < 0 || m.gamma < 0)
+        throw bad("expected 'model <alpha> <beta> <gamma>' with non-negative seconds");
+      tuning.model = m;
+    } else if (kind == "best") {
+      TuningEntry e;
+      std::string name;
+      if (!(fields >> e.ranks >> e.max_bytes >> name) || e.ranks < 1)
+        throw bad("expected 'best <ranks> <max bytes> <algorithm>'");
+      const auto v = parse_variant(name);
+      if (!v) throw bad(fmt::format("unknown algorithm '{}'", name));
+      e.variant = *v;
+      tuning.entries.push_back(e);
+    } else {
+      throw bad(fmt::format("unknown record '{}'", kind));
+    }
+    std::string extra;
+    if (fields >> extra) throw bad(fmt::format("unexpected '{}'", extra));
+  }
+  std::sort(tuning.entries.begin(), tuning.entries.end(), [](const auto& a, const auto& b) {
+    return a.ranks != b.ranks ? a.ranks < b.ranks : a.max_bytes < b.max_bytes;
+  });
+  return tuning;
+}
+
+void write_tuning(const std::string& path, const Tuning& tuning) {
+  std::ofstream out(path);
+  out << "# chorus tuning file: see docs/tuning.md\n";
+  if (tuning.model)
+    out << fmt::format("model {:.6g} {:.6g} {:.6g}\n", tuning.model->alpha, tuning.model->beta,
+                       tuning.model->gamma);
+  for (const auto& e : tuning.entries)
+    out << fmt::format("best {} {} {}\n", e.ranks, e.max_bytes, to_string(e.variant));
+  if (!out)
+    throw Error(ErrorCode::invalid_argument, fmt::format("tuning file {}: cannot be written", path));
+}
+
+Selector::Selector(CostModel model, Tuning tuning) : model_(model), tuning_(std::move(tuning)) {}
+
+Choice Selector::choose(Algorithm requested, std::size_t bytes, int ranks) const {
+  if (requested == Algorithm::automatic) {
+    for (const auto& e : tuning_.entries)
+      if (e.ranks == ranks && bytes <= e.max_bytes)
+        return {e.variant, predicted_seconds(e.variant, model_, bytes, ranks), "tuning file"};
+  }
+  Choice best{Variant::ring, 0, requested == Algorithm::automatic ? "cost model" : "forced"};
+  bool found = false;
+  for (int i = 0; i < kVariantCount; ++i) {
+    const auto v = static_cast<Variant>(i);
+    if (requested != Algorithm::automatic && family(v) != requested) continue;
+    const double t = predicted_seconds(v, model_, bytes, ranks);
+    if (!found || t < best.predicted_seconds) {
+      best.variant = v;
+      best.predicted_seconds = t;
+      found = true;
+    }
+  }
+  return best;
+}
+
+namespace {
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+}  // namespace
+
+CostModel probe_cost_model(const Collective& c) {
+  transport::Transport& t = c.transport;
+  const int r = t.rank(), p = t.size();
+  CostModel model;
+  if (p == 1) return model;
+  if (r <= 1) {
+    const int peer = 1 - r;
+    std::vector<std::byte> buf(1 << 20);
+    // Half a round trip of `bytes`, median of `iters` after two warm-ups.
+    auto half_round_trip = [&](std::size_t bytes, int iters, unsigned step) {
+      std::vector<double> samples;
+      for (int i = 0; i < iters + 2; ++i) {
+        const auto tag = c.message_tag(0, step, static_cast<unsigned>(i));
+        const auto start = transport::Clock::now();
+        if (r == 0) {
+          c.wait(*t.isend(peer, tag, buf.data(), bytes));
+          c.wait(*t.irecv(peer, tag, buf.data(), bytes));
+        } else {
+          c.wait(*t.irecv(peer, tag, buf.data(), bytes));
+          c.wait(*t.isend(peer, tag, buf.data(), bytes));
+        }
+        if (i >= 2)
+          samples.push_back(
+              std::chrono::duration<double>(transport::Clock::now() - start).count() / 2);
+      }
+      return median(samples);
+    };
+    model.alpha = half_round_trip(8, 30, 0);
+    const double large = half_round_trip(buf.size(), 6, 1);
+    model.beta = std::max(0.0, large - model.alpha) / static_cast<double>(buf.size());
+  }
+  if (r == 0) {
+    // gamma: c = a + b on float32, the reduction every algorithm runs.
+    const std::size_t count = 256 * 1024;
+    std::vector<float> a(count, 1.0f), b(count, 2.0f), out(count);
+    std::vector<double> samples;
+    for (int i = 0; i < 7; ++i) {
+      const auto start = transport::Clock::now();
+      reduce::reduce(out.data(), a.data(), b.data(), count, DataType::float32, ReduceOp::sum);
+      samples.push_back(std::chrono::duration<double>(transport::Clock::now() - start).count());
+    }
+    model.gamma = median(samples) / static_cast<double>(count * sizeof(float));
+    std::vector<transport::RequestPtr> sends;
+    for (int q = 1; q < p; ++q) sends.push_back(t.isend(q, c.message_tag(1, 0, 0), &model, sizeof model));
+    c.wait_all(sends);
+  } else {
+    auto received = t.irecv(0, c.message_tag(1, 0, 0), &model, sizeof model);
+    c.wait(*received);
+    const bool sane = received->received_bytes() == sizeof model && std::isfinite(model.alpha) &&
+                      std::isfinite(model.beta) && std::isfinite(model.gamma) &&
+                      model.alpha >= 0 && model.beta >= 0 && model.gamma >= 0;
+    if (!sane)
+      c.fail(Error(ErrorCode::peer_failure,
+                   fmt::format("rank {}: the cost model from rank 0 is malformed", r)));
+  }
+  return model;
+}
+
+}  // namespace chorus::coll

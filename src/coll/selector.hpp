@@ -1,0 +1,94 @@
+// Which algorithm runs an AllReduce: every variant by name, its
+// alpha-beta-gamma cost, and the choice among them.
+//
+// A variant is what actually runs; the public Algorithm "direct" has two
+// (one-shot and two-shot), chosen by cost like everything else. The model:
+//   alpha  seconds per message (latency and per-message overhead)
+//   beta   seconds per byte moved between two ranks
+//   gamma  seconds per byte reduced
+// measured at communicator creation by probe_cost_model() or read from a
+// tuning file (CHORUS_TUNING_FILE, written by allreduce_perf --tune). A
+// tuning file may also name the measured-best algorithm per rank count and
+// size; such an entry wins over the model.
+#pragma once
+
+#include "coll/collective.hpp"
+
+#include <chorus/algorithm.hpp>
+#include <chorus/types.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace chorus::coll {
+
+enum class Variant : std::uint8_t {
+  ring,
+  tree,
+  direct_one_shot,
+  direct_two_shot,
+  halving_doubling,
+  recursive_doubling,
+};
+inline constexpr int kVariantCount = 6;
+
+std::string_view to_string(Variant v) noexcept;
+// Names for messages; an index from a peer may be anything.
+std::string_view variant_name(std::uint8_t index) noexcept;
+Algorithm family(Variant v) noexcept;
+
+using AllreduceFunction = void (*)(const Collective&, const void* send, void* recv,
+                                   std::size_t count, DataType, ReduceOp);
+AllreduceFunction allreduce_function(Variant v) noexcept;
+
+struct CostModel {
+  double alpha = 0, beta = 0, gamma = 0;
+};
+// Predicted seconds for `bytes` over `ranks` ranks.
+double predicted_seconds(Variant v, const CostModel& model, std::size_t bytes, int ranks);
+
+// Measured best choices: for `ranks` ranks and sizes up to `max_bytes`.
+struct TuningEntry {
+  int ranks = 0;
+  std::size_t max_bytes = 0;
+  Variant variant = Variant::ring;
+};
+struct Tuning {
+  std::optional<CostModel> model;
+  std::vector<TuningEntry> entries;  // by ranks, then max_bytes ascending
+};
+// The tuning file format, one record per line ('#' starts a comment):
+//   model <alpha seconds> <beta seconds/byte> <gamma seconds/byte>
+//   best <ranks> <max bytes> <variant name>
+// Throws chorus::Error naming the file, line and problem.
+Tuning read_tuning(const std::string& path);
+void write_tuning(const std::string& path, const Tuning& tuning);
+
+struct Choice {
+  Variant variant;
+  double predicted_seconds;  // by the model (also for a forced choice)
+  const char* reason;        // "forced", "tuning file", "cost model"
+};
+
+class Selector {
+ public:
+  Selector(CostModel model, Tuning tuning = {});
+  // `requested` is the caller's algorithm (automatic to choose freely);
+  // a forced family is kept, and only its variants are compared.
+  Choice choose(Algorithm requested, std::size_t bytes, int ranks) const;
+  const CostModel& model() const noexcept { return model_; }
+
+ private:
+  CostModel model_;
+  Tuning tuning_;
+};
+
+// Measures alpha and beta by ping-pong between ranks 0 and 1 and gamma by
+// reducing on rank 0, and gives every rank rank 0's numbers, so that all
+// ranks decide alike. Collective: every rank calls it with the same `c`.
+CostModel probe_cost_model(const Collective& c);
+
+}  // namespace chorus::coll

@@ -1,0 +1,286 @@
+// The Communicator over in-process ranks: every algorithm through the public
+// API, the selector, counters, async work in order, argument checks, and the
+// failure rules (mismatch, poisoning, abort, deadline).
+#include "local_ranks.hpp"
+
+#include <chorus/chorus.hpp>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <numeric>
+
+namespace chorus {
+namespace {
+
+using testing::run_ranks;
+using namespace std::chrono_literals;
+
+std::string all_messages(const std::vector<testing::RankOutcome>& outcomes) {
+  std::string text;
+  for (std::size_t r = 0; r < outcomes.size(); ++r)
+    text += "rank " + std::to_string(r) + ": " +
+            (outcomes[r].failed ? outcomes[r].message : std::string("ok")) + "\n";
+  return text;
+}
+
+void expect_all_ok(const std::vector<testing::RankOutcome>& outcomes) {
+  for (const auto& o : outcomes) EXPECT_FALSE(o.failed) << all_messages(outcomes);
+}
+
+// Rank r contributes r + i at element i: sums are exact in float32.
+std::vector<float> contribution(int rank, std::size_t count) {
+  std::vector<float> v(count);
+  for (std::size_t i = 0; i < count; ++i) v[i] = static_cast<float>(rank + static_cast<int>(i % 1000));
+  return v;
+}
+float expected_sum(int p, std::size_t i) {
+  return static_cast<float>(p * static_cast<int>(i % 1000) + p * (p - 1) / 2);
+}
+
+class EveryAlgorithm : public ::testing::TestWithParam<Algorithm> {};
+
+TEST_P(EveryAlgorithm, ForcedPerCallGivesTheSumAndIsCounted) {
+  const Algorithm algorithm = GetParam();
+  for (int p : {1, 2, 3, 5}) {
+    for (std::size_t count : {std::size_t{0}, std::size_t{7}, std::size_t{70001}}) {
+      const auto outcomes = run_ranks(p, [&](Communicator& comm) {
+        auto send = contribution(comm.rank(), count);
+        std::vector<float> recv(count, -1.0f);
+        comm.allreduce(std::span<const float>(send), std::span<float>(recv), ReduceOp::sum,
+                       {algorithm});
+        for (std::size_t i = 0; i < count; ++i)
+          if (recv[i] != expected_sum(p, i)) throw std::runtime_error("wrong sum at " + std::to_string(i));
+        comm.allreduce(std::span<float>(send), ReduceOp::sum, {algorithm});  // in place
+        if (send != recv) throw std::runtime_error("in place differs from out of place");
+        const Counters c = comm.counters();
+        const auto& mine = c.by_algorithm[static_cast<std::size_t>(algorithm)];
+        if (algorithm != Algorithm::automatic &&
+            (mine.calls != 2 || mine.bytes != 2 * count * sizeof(float)))
+          throw std::runtime_error("counters: " + std::to_string(mine.calls) + " calls, " +
+                                   std::to_string(mine.bytes) + " bytes");
+        if (c.total.calls != 2 || c.total.bytes != 2 * count * sizeof(float))
+          throw std::runtime_error("total counters wrong");
+      });
+      SCOPED_TRACE(::testing::Message() << "p " << p << " count " << count);
+      expect_all_ok(outcomes);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Communicator, EveryAlgorithm,
+                         ::testing::Values(Algorithm::automatic, Algorithm::ring, Algorithm::tree,
+                                           Algorithm::direct, Algorithm::halving_doubling,
+                                           Algorithm::recursive_doubling),
+                         [](const auto& info) { return std::string(to_string(info.param)); });
+
+TEST(Communicator, CommunicatorWideAlgorithmIsUsedUnlessACallSaysOtherwise) {
+  Options options;
+  options.algorithm = Algorithm::tree;
+  expect_all_ok(run_ranks(
+      3,
+      [](Communicator& comm) {
+        std::vector<double> v(100, 1.0);
+        comm.allreduce(std::span<double>(v), ReduceOp::sum);
+        comm.allreduce(std::span<double>(v), ReduceOp::sum, {Algorithm::ring});
+        const Counters c = comm.counters();
+        if (c.by_algorithm[static_cast<int>(Algorithm::tree)].calls != 1 ||
+            c.by_algorithm[static_cast<int>(Algorithm::ring)].calls != 1 || v[0] != 9.0)
+          throw std::runtime_error("the communicator's algorithm was not used");
+      },
+      options));
+}
+
+TEST(Communicator, InvalidArgumentsThrowBeforeSendingAndDoNotPoison) {
+  expect_all_ok(run_ranks(2, [](Communicator& comm) {
+    std::vector<float> buf(16, 1.0f);
+    auto expect_invalid = [&](auto&& call, const char* needle) {
+      try {
+        call();
+      } catch (const Error& e) {
+        if (e.code() != ErrorCode::invalid_argument || std::string(e.what()).find(needle) == std::string::npos)
+          throw std::runtime_error(std::string("wrong error: ") + e.what());
+        return;
+      }
+      throw std::runtime_error(std::string("no error for ") + needle);
+    };
+    expect_invalid([&] { comm.allreduce(nullptr, buf.data(), 4, DataType::float32, ReduceOp::sum); },
+                   "send buffer is null");
+    expect_invalid([&] { comm.allreduce(buf.data(), nullptr, 4, DataType::float32, ReduceOp::sum); },
+                   "recv buffer is null");
+    expect_invalid([&] { comm.allreduce(buf.data(), buf.data(), 4, DataType::float32, ReduceOp::band); },
+                   "band is not defined for float32");
+    expect_invalid([&] { comm.allreduce(buf.data(), buf.data() + 1, 4, DataType::float32, ReduceOp::sum); },
+                   "overlap");
+    expect_invalid([&] { comm.allreduce(buf.data(), buf.data(), 4, static_cast<DataType>(77), ReduceOp::sum); },
+                   "not a chorus::DataType");
+    expect_invalid([&] { comm.allreduce_async(buf.data(), buf.data(), 4, DataType::int32, ReduceOp::avg); },
+                   "avg is not defined for int32");
+    std::vector<float> other(8);
+    expect_invalid([&] { comm.allreduce(std::span<const float>(buf), std::span<float>(other), ReduceOp::sum); },
+                   "send has 16 elements but recv has 8");
+    comm.allreduce(std::span<float>(buf), ReduceOp::sum);  // still usable
+    if (buf[0] != 2.0f) throw std::runtime_error("the valid call after bad ones is wrong");
+  }));
+}
+
+TEST(Communicator, HundredAsyncCallsCompleteInOrderWithCorrectResults) {
+  expect_all_ok(run_ranks(4, [](Communicator& comm) {
+    constexpr int kCalls = 100;
+    std::vector<std::vector<std::int64_t>> buffers(kCalls);
+    std::vector<Work> work;
+    for (int k = 0; k < kCalls; ++k) {
+      buffers[k].assign(static_cast<std::size_t>(1 + k * 37), comm.rank() + k);
+      const Algorithm a = static_cast<Algorithm>(1 + k % (kAlgorithmCount - 1));  // every forced one
+      work.push_back(comm.allreduce_async(std::span<std::int64_t>(buffers[k]), ReduceOp::sum, {a}));
+    }
+    // A blocking call after them runs after them.
+    std::int64_t last = 1;
+    comm.allreduce(&last, &last, 1, DataType::int64, ReduceOp::sum);
+    for (int k = 0; k < kCalls; ++k)
+      if (!work[k].test()) throw std::runtime_error("call " + std::to_string(k) + " not done after a later blocking call");
+    for (int k = 0; k < kCalls; ++k) {
+      work[k].wait(10s);
+      for (auto v : buffers[k])
+        if (v != 6 + 4 * k) throw std::runtime_error("async call " + std::to_string(k) + " wrong");
+    }
+    if (last != 4) throw std::runtime_error("blocking call after async calls wrong");
+    if (comm.counters().total.calls != kCalls + 1) throw std::runtime_error("counters");
+  }));
+}
+
+TEST(Communicator, AsyncWorkOverlapsTheCallersComputation) {
+  expect_all_ok(run_ranks(2, [](Communicator& comm) {
+    std::vector<float> v(1 << 20, 1.0f);
+    Work w = comm.allreduce_async(std::span<float>(v), ReduceOp::sum);
+    // Meanwhile the caller computes; then the result is there.
+    volatile double x = 0;
+    for (int i = 0; i < 100000; ++i) x = x + i;
+    if (!w.wait(60s)) throw std::runtime_error("not done");
+    if (v[12345] != 2.0f || w.error()) throw std::runtime_error("wrong");
+  }));
+}
+
+// Every rank fails, none returns a result, and the message names both calls.
+void expect_mismatch(const std::vector<testing::RankOutcome>& outcomes, const std::string& a,
+                     const std::string& b) {
+  bool named = false;
+  for (const auto& o : outcomes) {
+    EXPECT_TRUE(o.failed) << all_messages(outcomes);
+    named = named || (o.code == ErrorCode::mismatched_collective &&
+                      o.message.find(a) != std::string::npos && o.message.find(b) != std::string::npos);
+  }
+  EXPECT_TRUE(named) << "no rank named both calls:\n" << all_messages(outcomes);
+}
+
+TEST(Mismatch, DifferentCountsFailOnEveryRankNamingBoth) {
+  for (int p : {2, 3, 4}) {
+    for (Algorithm a : {Algorithm::ring, Algorithm::tree, Algorithm::recursive_doubling,
+                        Algorithm::direct, Algorithm::halving_doubling}) {
+      SCOPED_TRACE(::testing::Message() << "p " << p << " " << to_string(a));
+      const auto outcomes = run_ranks(
+          p,
+          [&](Communicator& comm) {
+            const std::size_t count = comm.rank() == 1 ? 2000 : 1000;
+            std::vector<float> v(count, 1.0f);
+            comm.allreduce(std::span<float>(v), ReduceOp::sum, {a});
+          },
+          Options{Algorithm::automatic, 20s, ""});
+      expect_mismatch(outcomes, "called allreduce(count=1000, float32, sum",
+                      "rank 1 called allreduce(count=2000, float32, sum");
+    }
+  }
+}
+
+TEST(Mismatch, SameSizeButDifferentTypeOrOpIsCaught) {
+  // float32 and int32 have the same size; sum and max move the same bytes:
+  // only the call check can tell.
+  auto dtype = run_ranks(3, [](Communicator& comm) {
+    std::vector<std::int32_t> v(100, 1);
+    comm.allreduce(v.data(), v.data(), v.size(), comm.rank() == 2 ? DataType::float32 : DataType::int32,
+                   ReduceOp::sum, {Algorithm::ring});
+  });
+  expect_mismatch(dtype, "allreduce(count=100, int32, sum, ring)", "allreduce(count=100, float32, sum, ring)");
+  auto op = run_ranks(2, [](Communicator& comm) {
+    std::vector<float> v(100, 1.0f);
+    comm.allreduce(std::span<float>(v), comm.rank() == 0 ? ReduceOp::sum : ReduceOp::max, {Algorithm::ring});
+  });
+  expect_mismatch(op, "float32, sum, ring", "float32, max, ring");
+  auto algorithm = run_ranks(2, [](Communicator& comm) {
+    std::vector<float> v(100, 1.0f);
+    comm.allreduce(std::span<float>(v), ReduceOp::sum, {comm.rank() == 0 ? Algorithm::ring : Algorithm::tree});
+  });
+  expect_mismatch(algorithm, "sum, ring)", "sum, tree)");
+}
+
+TEST(Failure, AnErrorPoisonsTheCommunicator) {
+  const auto outcomes = run_ranks(2, [](Communicator& comm) {
+    std::vector<float> v(10 + static_cast<std::size_t>(comm.rank()), 1.0f);
+    try {
+      comm.allreduce(std::span<float>(v), ReduceOp::sum);
+    } catch (const Error&) {
+      if (!comm.error()) throw std::runtime_error("no recorded error");
+      const auto start = std::chrono::steady_clock::now();
+      std::vector<float> w(4, 1.0f);
+      try {
+        comm.allreduce(std::span<float>(w), ReduceOp::sum);
+      } catch (const Error& again) {
+        if (std::chrono::steady_clock::now() - start > 1s) throw std::runtime_error("not fast");
+        if (std::string(again.what()).find("unusable after an earlier error") == std::string::npos)
+          throw std::runtime_error(std::string("wrong poison error: ") + again.what());
+        Work work = comm.allreduce_async(std::span<float>(w), ReduceOp::sum);
+        if (!work.test() || !work.error()) throw std::runtime_error("async call on a poisoned comm did not fail");
+        return;
+      }
+      throw std::runtime_error("poisoned communicator ran a call");
+    }
+    throw std::runtime_error("mismatch not detected");
+  });
+  expect_all_ok(outcomes);
+}
+
+TEST(Failure, TimeoutNamesTheCallAndThePeer) {
+  const auto outcomes = run_ranks(
+      2,
+      [](Communicator& comm) {
+        if (comm.rank() == 1) {
+          std::this_thread::sleep_for(2500ms);  // never calls; stays past rank 0's deadline
+          return;
+        }
+        std::vector<float> v(1000, 1.0f);
+        comm.allreduce(std::span<float>(v), ReduceOp::sum, {Algorithm::ring});
+      },
+      Options{Algorithm::automatic, 1s, ""});
+  ASSERT_TRUE(outcomes[0].failed);
+  EXPECT_EQ(outcomes[0].code, ErrorCode::timeout);
+  for (const char* needle : {"call #1", "allreduce(count=1000, float32, sum, ring)", "rank 1", "timed out"})
+    EXPECT_NE(outcomes[0].message.find(needle), std::string::npos) << needle << " in " << outcomes[0].message;
+}
+
+TEST(Failure, AbortEndsPendingWorkAtOnce) {
+  const auto outcomes = run_ranks(2, [](Communicator& comm) {
+    if (comm.rank() == 1) {
+      std::this_thread::sleep_for(1500ms);  // the peer never joins the call
+      return;
+    }
+    std::vector<float> a(1000, 1.0f), b(1000, 1.0f);
+    Work first = comm.allreduce_async(std::span<float>(a), ReduceOp::sum);
+    Work queued = comm.allreduce_async(std::span<float>(b), ReduceOp::sum);
+    std::this_thread::sleep_for(200ms);
+    const auto start = std::chrono::steady_clock::now();
+    comm.abort("test abort");
+    try {
+      first.wait(5s);
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::aborted) throw std::runtime_error(std::string("wrong code: ") + e.what());
+      if (std::chrono::steady_clock::now() - start > 1s) throw std::runtime_error("abort was slow");
+      if (!queued.test() || !queued.error()) throw std::runtime_error("queued work survived abort");
+      return;
+    }
+    throw std::runtime_error("aborted work succeeded");
+  });
+  EXPECT_FALSE(outcomes[0].failed) << outcomes[0].message;
+}
+
+}  // namespace
+}  // namespace chorus
