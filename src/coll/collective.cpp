@@ -30,10 +30,10 @@ void Collective::wait_all(std::span<const transport::RequestPtr> requests) const
 
 void Collective::fail(const Error& error) const {
   Error cause = error;
-  if (check != nullptr && cause.code() != ErrorCode::mismatched_collective &&
-      cause.code() != ErrorCode::aborted && !check->finished()) {
+  if (check != nullptr && cause.code() != ErrorCode::aborted && !check->finished()) {
     // A mismatch often shows first as a wrong-sized message or a wait that
-    // never ends; give the check up to a second to name the real cause.
+    // never ends; give the check up to a second to name the real cause (and,
+    // when it already has, to deliver our part of it to the peers).
     try {
       check->finish(std::min(deadline, transport::Clock::now() + std::chrono::seconds(1)));
     } catch (const Error& e) {

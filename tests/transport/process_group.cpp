@@ -103,4 +103,18 @@ std::string describe(const std::vector<ProcessResult>& results) {
   return text;
 }
 
+void LoopbackJob::start(const std::string& transport, const std::vector<std::string>& args,
+                        int size, const std::map<std::string, std::string>& extra, int started) {
+  for (int r = 0; r < (started < 0 ? size : started); ++r) {
+    std::map<std::string, std::string> env = {
+        {"CHORUS_RANK", std::to_string(r)},  {"CHORUS_SIZE", std::to_string(size)},
+        {"CHORUS_STORE", server.url()},      {"CHORUS_TRANSPORT", transport},
+        {"CHORUS_SOCKET_ADDR", "127.0.0.1"}, {"CHORUS_TIMEOUT", "60"}};
+    for (const auto& [k, v] : extra) env[k] = v;
+    std::vector<std::string> argv = {program};
+    argv.insert(argv.end(), args.begin(), args.end());
+    processes.start(argv, env);
+  }
+}
+
 }  // namespace chorus::testing

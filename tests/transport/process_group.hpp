@@ -3,6 +3,8 @@
 // group is destroyed, whatever happened.
 #pragma once
 
+#include "bootstrap/tcp_store.hpp"
+
 #include <chrono>
 #include <map>
 #include <string>
@@ -35,6 +37,22 @@ class ProcessGroup {
     std::string log_path;
   };
   std::vector<Child> children_;
+};
+
+// A job of `program` processes on loopback, meeting at a store that this
+// process serves on a free port: CHORUS_RANK/SIZE/STORE, the transport,
+// CHORUS_SOCKET_ADDR=127.0.0.1 and CHORUS_TIMEOUT=60 are set for each rank.
+struct LoopbackJob {
+  explicit LoopbackJob(std::string program_path) : program(std::move(program_path)) {}
+  // Starts ranks 0..started-1 (all when started < 0) of a job of `size`,
+  // each as `program args...`, with `extra` added to (or replacing) the
+  // variables above.
+  void start(const std::string& transport, const std::vector<std::string>& args, int size,
+             const std::map<std::string, std::string>& extra = {}, int started = -1);
+
+  std::string program;
+  bootstrap::StoreServer server{"127.0.0.1", 0};
+  ProcessGroup processes;
 };
 
 // A process's results, readable in a failure message.

@@ -28,21 +28,14 @@ std::vector<std::string> transports() {
   return t;
 }
 
+// A job of transport_worker processes: start(transport, scenario, size, ...).
 struct Group {
-  bootstrap::StoreServer server{"127.0.0.1", 0};
-  ProcessGroup processes;
-
-  // Starts ranks `first`..`size-1`... of a group of `size` (all by default).
+  testing::LoopbackJob job{CHORUS_TRANSPORT_WORKER};
+  bootstrap::StoreServer& server = job.server;
+  ProcessGroup& processes = job.processes;
   void start(const std::string& transport, const std::string& scenario, int size,
-             std::map<std::string, std::string> extra = {}, int started = -1) {
-    for (int r = 0; r < (started < 0 ? size : started); ++r) {
-      std::map<std::string, std::string> env = {
-          {"CHORUS_RANK", std::to_string(r)},  {"CHORUS_SIZE", std::to_string(size)},
-          {"CHORUS_STORE", server.url()},      {"CHORUS_TRANSPORT", transport},
-          {"CHORUS_SOCKET_ADDR", "127.0.0.1"}, {"CHORUS_TIMEOUT", "60"}};
-      for (const auto& [k, v] : extra) env[k] = v;
-      processes.start({CHORUS_TRANSPORT_WORKER, scenario}, env);
-    }
+             const std::map<std::string, std::string>& extra = {}, int started = -1) {
+    job.start(transport, {scenario}, size, extra, started);
   }
 };
 

@@ -286,23 +286,20 @@ RequestPtr UcxTransport::irecv(int peer, Tag tag, void* buf, std::size_t bytes) 
     return request;
   }
   Pending* p = s.acquire(request, peer, bytes);
-  ucp_tag_recv_info_t info{};
   ucp_request_param_t param{};
-  param.op_attr_mask =
-      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_RECV_INFO;
+  // UCX 1.13 leaves recv_info's length at 0 when a receive completes at once
+  // (the message was already waiting), so immediate completion is refused:
+  // every receive ends in on_receive, which is told the length.
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                       UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   param.cb.recv = on_receive;
   param.user_data = p;
-  param.recv_info.tag_info = &info;
   void* r = ucp_tag_recv_nbx(s.worker, buf, bytes, ucx_tag(peer, tag), kFullMask, &param);
-  if (r == nullptr) {
-    s.finish(p, UCS_OK, info.length);  // completed at once; no callback comes
-  } else if (UCS_PTR_IS_ERR(r)) {
+  if (UCS_PTR_IS_ERR(r)) {
     s.finish(p, UCS_PTR_STATUS(r), 0);
-  } else if (request->done()) {
-    ucp_request_free(r);  // the callback already ran inside the call
-  } else {
+  } else if (!request->done()) {
     p->ucx = r;
-  }
+  }  // else the callback ran inside the call and has freed r already
   return request;
 }
 

@@ -1,0 +1,186 @@
+// One rank of a multi-process Communicator test: made from the environment
+// (CHORUS_RANK/SIZE/STORE, CHORUS_TRANSPORT), it runs the scenario named by
+// argv[1], checks its own results, prints what the harness needs, and exits
+// 0 when its part passed.
+#include <chorus/chorus.hpp>
+
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+namespace {
+
+using namespace chorus;
+using namespace std::chrono_literals;
+
+long long epoch_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+[[noreturn]] void fail(const std::string& why) { throw std::runtime_error(why); }
+
+constexpr Algorithm kForced[] = {Algorithm::ring, Algorithm::tree, Algorithm::direct,
+                                 Algorithm::halving_doubling, Algorithm::recursive_doubling};
+
+// Element i of rank r: exact under every op used below.
+template <class T>
+T value(int r, std::size_t i, ReduceOp op) {
+  if (op == ReduceOp::prod) return static_cast<T>(((r + i) % 3 == 0) ? -1 : 1);
+  return static_cast<T>((static_cast<std::size_t>(r) * 7 + i) % 11);
+}
+template <class T>
+T expected(int p, std::size_t i, ReduceOp op) {
+  T acc = value<T>(0, i, op);
+  for (int r = 1; r < p; ++r) {
+    const T v = value<T>(r, i, op);
+    switch (op) {
+      case ReduceOp::sum: acc = static_cast<T>(acc + v); break;
+      case ReduceOp::prod: acc = static_cast<T>(acc * v); break;
+      case ReduceOp::min: acc = std::min(acc, v); break;
+      case ReduceOp::max: acc = std::max(acc, v); break;
+      case ReduceOp::bxor:
+        if constexpr (std::is_integral_v<T>) {
+          acc = static_cast<T>(acc ^ v);
+          break;
+        }
+        [[fallthrough]];
+      default: fail("op not in this test");
+    }
+  }
+  return acc;
+}
+
+template <class T>
+void check_allreduce(Communicator& comm, std::size_t count, ReduceOp op, Algorithm a, bool in_place) {
+  const int p = comm.size(), r = comm.rank();
+  std::vector<T> send(count), recv(count);
+  for (std::size_t i = 0; i < count; ++i) send[i] = value<T>(r, i, op);
+  if (in_place) {
+    comm.allreduce(std::span<T>(send), op, {a});
+    recv = send;
+  } else {
+    comm.allreduce(std::span<const T>(send), std::span<T>(recv), op, {a});
+  }
+  for (std::size_t i = 0; i < count; ++i)
+    if (recv[i] != expected<T>(p, i, op))
+      fail("wrong element " + std::to_string(i) + " of " + std::to_string(count) + " with " +
+           std::string(to_string(a)) + " " + std::string(to_string(datatype_of_v<T>)) + " " +
+           std::string(to_string(op)));
+}
+
+void algorithms(Communicator& comm) {
+  int k = 0;
+  for (Algorithm a : {Algorithm::automatic, Algorithm::ring, Algorithm::tree, Algorithm::direct,
+                      Algorithm::halving_doubling, Algorithm::recursive_doubling})
+    for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{4099}, std::size_t{300001}}) {
+      const bool in_place = ++k % 2 == 0;
+      check_allreduce<float>(comm, count, ReduceOp::sum, a, in_place);
+      check_allreduce<std::int64_t>(comm, count, ReduceOp::max, a, !in_place);
+      check_allreduce<double>(comm, count, ReduceOp::prod, a, in_place);
+      check_allreduce<std::uint8_t>(comm, count, ReduceOp::bxor, a, !in_place);
+      check_allreduce<std::int32_t>(comm, count, ReduceOp::min, a, in_place);
+    }
+  std::printf("counters: %llu calls, %.3f s\n",
+              static_cast<unsigned long long>(comm.counters().total.calls), comm.counters().total.seconds);
+}
+
+void async100(Communicator& comm) {
+  const int p = comm.size();
+  std::vector<std::vector<float>> buffers(100);
+  std::vector<Work> work;
+  for (int k = 0; k < 100; ++k) {
+    buffers[k].assign(static_cast<std::size_t>(1 + (k * 7919) % 20000), static_cast<float>(comm.rank() + k));
+    work.push_back(comm.allreduce_async(std::span<float>(buffers[k]), ReduceOp::sum, {kForced[k % 5]}));
+  }
+  for (int k = 0; k < 100; ++k) {
+    if (!work[k].wait(60s)) fail("async call " + std::to_string(k) + " did not finish");
+    const float want = static_cast<float>(p * k + p * (p - 1) / 2);
+    for (float v : buffers[k])
+      if (v != want) fail("async call " + std::to_string(k) + " wrong");
+  }
+}
+
+// Rank 1 calls with another count: every rank must fail, none may succeed.
+void mismatch(Communicator& comm) {
+  std::vector<float> v(comm.rank() == 1 ? 2000 : 1000, 1.0f);
+  try {
+    comm.allreduce(std::span<float>(v), ReduceOp::sum);
+  } catch (const Error& e) {
+    std::printf("error (%s): %s\n", std::string(to_string(e.code())).c_str(), e.what());
+    return;
+  }
+  fail("a mismatched allreduce succeeded");
+}
+
+// The last rank kills itself in the middle of a large allreduce; the others
+// must fail within seconds, naming it.
+void peer_death(Communicator& comm) {
+  const int victim = comm.size() - 1;
+  std::vector<float> v(4 << 20, 1.0f);
+  for (int iteration = 0;; ++iteration) {
+    if (comm.rank() == victim && iteration == 3) {
+      Work w = comm.allreduce_async(std::span<float>(v), ReduceOp::sum, {Algorithm::ring});
+      std::this_thread::sleep_for(5ms);  // let the transfer start
+      std::printf("dying_at_ms=%lld\n", epoch_ms());
+      std::fflush(stdout);
+      ::raise(SIGKILL);
+    }
+    try {
+      comm.allreduce(std::span<float>(v), ReduceOp::sum, {Algorithm::ring});
+    } catch (const Error& e) {
+      std::printf("failed_at_ms=%lld\nerror (%s): %s\n", epoch_ms(),
+                  std::string(to_string(e.code())).c_str(), e.what());
+      return;
+    }
+    if (iteration > 1000) fail("the victim never died");
+  }
+}
+
+// The last rank never calls: the others time out (CHORUS_TIMEOUT) naming
+// the call and whom they waited for.
+void timeout(Communicator& comm) {
+  if (comm.rank() == comm.size() - 1) {
+    std::this_thread::sleep_for(6s);
+    return;
+  }
+  std::vector<float> v(1000, 1.0f);
+  try {
+    comm.allreduce(std::span<float>(v), ReduceOp::sum, {Algorithm::ring});
+  } catch (const Error& e) {
+    std::printf("error (%s): %s\n", std::string(to_string(e.code())).c_str(), e.what());
+    return;
+  }
+  fail("an allreduce without one rank succeeded");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::map<std::string, std::function<void(Communicator&)>> scenarios = {
+      {"algorithms", algorithms}, {"async100", async100}, {"mismatch", mismatch},
+      {"peer_death", peer_death}, {"timeout", timeout}};
+  if (argc != 2 || !scenarios.count(argv[1])) {
+    std::fprintf(stderr, "usage: comm_worker algorithms|async100|mismatch|peer_death|timeout\n");
+    return 2;
+  }
+  try {
+    Communicator comm = Communicator::from_env();
+    scenarios.at(argv[1])(comm);
+    std::printf("rank %d passed\n", comm.rank());
+    return 0;
+  } catch (const std::exception& e) {
+    std::printf("FAILED: %s\n", e.what());
+    return 1;
+  }
+}

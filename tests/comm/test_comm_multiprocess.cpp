@@ -1,0 +1,101 @@
+// The Communicator across real processes on loopback, over every transport
+// this build has, with 2, 3 and 4 ranks: every algorithm, 100 async calls,
+// and the failure rules (mismatch, a killed peer, a rank that never calls).
+#include "process_group.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <csignal>
+#include <regex>
+
+namespace chorus {
+namespace {
+
+using testing::ProcessResult;
+
+struct Case {
+  std::string transport;
+  int size;
+};
+
+std::vector<Case> cases() {
+  std::vector<Case> c;
+  std::vector<std::string> transports = {"tcp"};
+#if defined(CHORUS_HAVE_UCX)
+  transports.push_back("ucx");
+#endif
+  for (const auto& t : transports)
+    for (int size : {2, 3, 4}) c.push_back({t, size});
+  return c;
+}
+
+class CommMultiProcess : public ::testing::TestWithParam<Case> {
+ protected:
+  std::vector<ProcessResult> run(const std::string& scenario, int seconds,
+                                 const std::map<std::string, std::string>& extra = {}) {
+    testing::LoopbackJob job(CHORUS_COMM_WORKER);
+    job.start(GetParam().transport, {scenario}, GetParam().size, extra);
+    return job.processes.wait(std::chrono::seconds(seconds));
+  }
+};
+
+void expect_all_passed(const std::vector<ProcessResult>& results) {
+  for (const auto& r : results)
+    EXPECT_TRUE(!r.timed_out && r.signal == 0 && r.exit_code == 0) << testing::describe(results);
+}
+
+long long number_after(const std::string& text, const std::string& key) {
+  std::smatch m;
+  if (!std::regex_search(text, m, std::regex(key + "=([0-9]+)"))) return -1;
+  return std::stoll(m[1]);
+}
+
+TEST_P(CommMultiProcess, EveryAlgorithmSeveralTypesAndOps) { expect_all_passed(run("algorithms", 240)); }
+
+TEST_P(CommMultiProcess, HundredBackToBackAsyncCalls) { expect_all_passed(run("async100", 120)); }
+
+TEST_P(CommMultiProcess, MismatchedCountsFailEveryRankAndOneSaysWhy) {
+  const auto results = run("mismatch", 60, {{"CHORUS_TIMEOUT", "30"}});
+  expect_all_passed(results);  // each rank saw an error (a success exits 1)
+  bool named = false;
+  for (const auto& r : results)
+    named = named || (r.output.find("called allreduce(count=1000, float32, sum") != std::string::npos &&
+                      r.output.find("rank 1 called allreduce(count=2000, float32, sum") != std::string::npos);
+  EXPECT_TRUE(named) << testing::describe(results);
+}
+
+TEST_P(CommMultiProcess, KilledPeerFailsSurvivorsWithinFiveSeconds) {
+  const auto results = run("peer_death", 90);
+  const int victim = GetParam().size - 1;
+  ASSERT_EQ(results[victim].signal, SIGKILL) << testing::describe(results);
+  const long long died = number_after(results[victim].output, "dying_at_ms");
+  ASSERT_GT(died, 0) << testing::describe(results);
+  for (int r = 0; r < victim; ++r) {
+    const auto& out = results[static_cast<std::size_t>(r)];
+    EXPECT_EQ(out.exit_code, 0) << testing::describe(results);
+    const long long failed = number_after(out.output, "failed_at_ms");
+    EXPECT_GT(failed, 0) << testing::describe(results);
+    EXPECT_LE(failed - died, 5000) << "rank " << r << "\n" << testing::describe(results);
+    EXPECT_NE(out.output.find("rank " + std::to_string(victim)), std::string::npos)
+        << "the error does not name the dead rank\n" << testing::describe(results);
+  }
+}
+
+TEST_P(CommMultiProcess, RankThatNeverCallsTimesOutNamingTheCall) {
+  const auto results = run("timeout", 60, {{"CHORUS_TIMEOUT", "2"}});
+  expect_all_passed(results);
+  bool named = false;
+  for (const auto& r : results)
+    named = named || (r.output.find("error (timeout)") != std::string::npos &&
+                      r.output.find("call #1, allreduce(count=1000, float32, sum, ring)") != std::string::npos);
+  EXPECT_TRUE(named) << testing::describe(results);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, CommMultiProcess, ::testing::ValuesIn(cases()),
+                         [](const auto& info) {
+                           return info.param.transport + "_p" + std::to_string(info.param.size);
+                         });
+
+}  // namespace
+}  // namespace chorus
