@@ -86,6 +86,8 @@ LaunchInfo launch_info_from_env(const EnvLookup& env) {
              env("OMPI_COMM_WORLD_LOCAL_SIZE") == env("OMPI_COMM_WORLD_SIZE")) {
     // Open MPI with every rank on this host: a file store private to the job.
     chosen->store = fmt::format("file:///tmp/chorus-{}", *ns);
+  } else if (chosen->size == 1) {
+    // A job of one rank meets no one: it needs no store.
   } else {
     throw fail(
         fmt::format("{} gives rank {} of {}, but there is no store: set CHORUS_STORE "

@@ -30,7 +30,8 @@ using EnvLookup = std::function<std::optional<std::string>(const char* name)>;
 //   Slurm: SLURM_PROCID, SLURM_NTASKS
 // CHORUS_STORE always wins for the store; without it the launchers other
 // than torchrun need MASTER_ADDR/MASTER_PORT, except that Open MPI on one
-// host gets a file store named after its job. Missing or contradictory
+// host gets a file store named after its job; a job of one rank needs no
+// store (store is then empty). Missing or contradictory
 // variables throw chorus::Error listing what was found and what is needed.
 LaunchInfo launch_info_from_env(const EnvLookup& env);
 LaunchInfo launch_info_from_env();
