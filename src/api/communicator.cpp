@@ -106,6 +106,7 @@ Communicator::Impl::Impl(std::unique_ptr<transport::Transport> t,
     throw Error(ErrorCode::invalid_argument,
                 fmt::format("timeout {} s: must be positive", timeout_seconds));
   const auto forced = algorithm_from_env();
+  forced_by_env = forced.has_value();
   algorithm = forced ? *forced : options.algorithm;
   if (!is_valid(algorithm))
     throw Error(ErrorCode::invalid_argument, "Options::algorithm is not an Algorithm");
@@ -163,11 +164,8 @@ Call Communicator::Impl::make_allreduce(const void* send, void* recv, std::size_
   if (bytes > 0 && send != recv && s < r + bytes && r < s + bytes)
     throw bad("send and recv buffers overlap without being the same (in place means send == recv)");
 
-  Algorithm requested = algorithm;
-  if (!algorithm_from_env() && options.algorithm != Algorithm::automatic)
-    requested = options.algorithm;
   const int p = transport->size();
-  const coll::Choice choice = selector->choose(requested, bytes, p);
+  const coll::Choice choice = choose(options.algorithm, bytes);
 
   Call call{};
   call.signature.kind = static_cast<std::uint8_t>(coll::CollectiveKind::allreduce);
@@ -200,6 +198,11 @@ Call Communicator::Impl::make_allreduce(const void* send, void* recv, std::size_
     }
   }
   return call;
+}
+
+coll::Choice Communicator::Impl::choose(Algorithm requested, std::size_t bytes) const {
+  if (forced_by_env || requested == Algorithm::automatic) requested = algorithm;
+  return selector->choose(requested, bytes, transport->size());
 }
 
 std::string Communicator::Impl::describe(const Call& call) const {

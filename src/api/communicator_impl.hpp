@@ -52,6 +52,9 @@ struct Communicator::Impl {
   Work allreduce_async(const Call& call);
   Call make_allreduce(const void* send, void* recv, std::size_t count, DataType type,
                       ReduceOp op, const CallOptions& options);
+  // What runs an allreduce of `bytes` when the call asks for `requested`:
+  // CHORUS_ALGO, else the call's algorithm, else the communicator's.
+  coll::Choice choose(Algorithm requested, std::size_t bytes) const;
   void abort(const std::string& reason);
 
   // Runs one call on the transport; throws (and poisons) on error.
@@ -65,6 +68,7 @@ struct Communicator::Impl {
   std::unique_ptr<transport::Transport> transport;
   double timeout_seconds;
   Algorithm algorithm;  // the communicator's default, CHORUS_ALGO applied
+  bool forced_by_env = false;  // CHORUS_ALGO named an algorithm: calls cannot override it
   std::unique_ptr<coll::Selector> selector;
 
   // Order: sequence numbers are handed out under submit_mutex, in call

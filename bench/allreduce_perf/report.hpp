@@ -1,0 +1,51 @@
+// allreduce_perf's output: the text table in nccl-tests' layout (so that
+// parsers written for all_reduce_perf read it unchanged), and the same
+// results as CSV and JSON.
+//
+// A row is nccl-tests' row (size count type redop root, then time algbw
+// busbw #wrong for out-of-place and for in-place) followed by Chorus's
+// columns: the algorithm that ran and, with --mpi, MPI's time and busbw and
+// the speedup (MPI time / Chorus out-of-place time).
+#pragma once
+
+#include <chorus/types.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace chorus::perf {
+
+struct Timing {
+  double time_us = 0;
+  double algbw = 0;  // GB/s
+  double busbw = 0;
+  std::int64_t wrong = -1;  // -1: not checked (N/A)
+};
+
+struct Row {
+  std::size_t bytes = 0, count = 0;
+  DataType type = DataType::float32;
+  ReduceOp op = ReduceOp::sum;
+  std::string algorithm;
+  Timing out_of_place, in_place;
+  std::optional<Timing> mpi;
+};
+
+// algbw and busbw for `bytes` moved in `seconds` over `ranks` ranks.
+Timing bandwidth(std::size_t bytes, double seconds, int ranks);
+
+// nccl-tests' time column: 7 wide, fewer decimals as it grows.
+std::string format_time(double us);
+
+std::string header(bool with_mpi);
+std::string format_row(const Row& row);
+std::string footer(int failed_sizes, double average_busbw);
+
+std::string csv_header(bool with_mpi);
+std::string csv_row(const Row& row, int ranks, const std::string& transport);
+std::string json_document(const std::vector<Row>& rows, int ranks, const std::string& transport);
+
+}  // namespace chorus::perf
