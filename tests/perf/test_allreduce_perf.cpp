@@ -1,0 +1,294 @@
+// allreduce_perf: its flags (nccl-tests' names and defaults), its table (read
+// by a parser written for nccl-tests output), its verifiable data, and short
+// runs with --np that check the exit status, #wrong and the files it writes.
+#include "coll/selector.hpp"
+#include "options.hpp"
+#include "process_group.hpp"
+#include "reduce/reduce.hpp"
+#include "report.hpp"
+#include "verify.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace chorus::perf {
+namespace {
+
+// ---- a parser written for nccl-tests' all_reduce_perf output ---------------
+// Data rows are the lines that do not start with '#': size count type redop
+// root, then time algbw busbw #wrong twice. Extra columns are ignored.
+struct ParsedRow {
+  long size, count;
+  std::string type, redop;
+  int root;
+  double time[2], algbw[2], busbw[2];
+  std::string wrong[2];
+};
+struct Parsed {
+  std::vector<ParsedRow> rows;
+  std::string out_of_bounds;  // "0 OK"
+  double avg_busbw = -1;
+};
+Parsed parse_nccl_tests_output(const std::string& text) {
+  Parsed p;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind("# Out of bounds values : ", 0) == 0) p.out_of_bounds = line.substr(25);
+    if (line.rfind("# Avg bus bandwidth    : ", 0) == 0) p.avg_busbw = std::stod(line.substr(25));
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream f(line);
+    ParsedRow r;
+    if (!(f >> r.size >> r.count >> r.type >> r.redop >> r.root >> r.time[0] >> r.algbw[0] >>
+          r.busbw[0] >> r.wrong[0] >> r.time[1] >> r.algbw[1] >> r.busbw[1] >> r.wrong[1]))
+      continue;  // not a result row (a launcher's message, say)
+    p.rows.push_back(r);
+  }
+  return p;
+}
+
+TEST(NcclTestsParser, ReadsGenuineNcclTestsOutput) {
+  // Published all_reduce_perf output (8 GPUs), to show the parser is the
+  // nccl-tests one before it reads ours.
+  const std::string nccl =
+      "#                                                              out-of-place                       in-place          \n"
+      "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
+      "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       \n"
+      " 10737418240    2684354560     float     sum      -1    80922  132.69  232.20      0    80948  132.65  232.13      0\n"
+      "# Out of bounds values : 0 OK\n"
+      "# Avg bus bandwidth    : 232.167 \n";
+  const Parsed p = parse_nccl_tests_output(nccl);
+  ASSERT_EQ(p.rows.size(), 1u);
+  EXPECT_EQ(p.rows[0].size, 10737418240L);
+  EXPECT_DOUBLE_EQ(p.rows[0].busbw[1], 232.13);
+  EXPECT_EQ(p.out_of_bounds, "0 OK");
+  EXPECT_DOUBLE_EQ(p.avg_busbw, 232.167);
+}
+
+TEST(Report, RowsHaveNcclTestsColumnsAndWidths) {
+  Row row;
+  row.bytes = 1048576;
+  row.count = 262144;
+  row.algorithm = "ring";
+  row.out_of_place = bandwidth(row.bytes, 123.456e-6, 4);
+  row.out_of_place.wrong = 0;
+  row.in_place = bandwidth(row.bytes, 12345.6e-6, 4);
+  row.in_place.wrong = 3;
+  const std::string line = format_row(row);
+  // nccl-tests: "%12li  %12li  %8s  %6s  %6i" then "  %7s  %6.2f  %6.2f  %5li" twice.
+  EXPECT_EQ(line.substr(0, 61), "     1048576        262144     float     sum      -1    123.5");
+  EXPECT_NE(line.find("    123.5    8.49   12.74      0    12346    0.08    0.13      3  ring"), std::string::npos)
+      << line;
+  const Parsed p = parse_nccl_tests_output(header(false) + line + footer(1, 6.4));
+  ASSERT_EQ(p.rows.size(), 1u);
+  EXPECT_EQ(p.rows[0].size, 1048576);
+  EXPECT_EQ(p.rows[0].type, "float");
+  EXPECT_EQ(p.rows[0].root, -1);
+  EXPECT_DOUBLE_EQ(p.rows[0].time[0], 123.5);
+  EXPECT_EQ(p.rows[0].wrong[1], "3");
+  EXPECT_EQ(p.out_of_bounds, "1 FAILED");
+}
+
+TEST(Report, TimeColumnSqueezesLikeNcclTests) {
+  EXPECT_EQ(format_time(1.234), "   1.23");
+  EXPECT_EQ(format_time(123.44), "  123.4");
+  EXPECT_EQ(format_time(12345.6), "  12346");
+  Row row;
+  row.out_of_place.wrong = row.in_place.wrong = -1;  // -c 0
+  EXPECT_NE(format_row(row).find("    N/A"), std::string::npos);
+}
+
+TEST(Report, BusBandwidthIsAlgbwTimesTwoPMinusOneOverP) {
+  const Timing t = bandwidth(1000000000, 1.0, 4);
+  EXPECT_DOUBLE_EQ(t.algbw, 1.0);
+  EXPECT_DOUBLE_EQ(t.busbw, 1.5);
+  EXPECT_DOUBLE_EQ(t.time_us, 1e6);
+}
+
+// ---- flags ------------------------------------------------------------------
+
+TEST(Options, DefaultsAreNcclTestsDefaults) {
+  const PerfOptions o = parse({});
+  EXPECT_EQ(o.min_bytes, 32u << 20);
+  EXPECT_EQ(o.max_bytes, 32u << 20);
+  EXPECT_EQ(o.step_bytes, 1u << 20);
+  EXPECT_EQ(o.step_factor, 1u);
+  EXPECT_EQ(o.iters, 20);
+  EXPECT_EQ(o.warmup_iters, 5);
+  EXPECT_EQ(o.agg_iters, 1);
+  EXPECT_EQ(o.check, 1);
+  EXPECT_EQ(o.average, 1);
+  EXPECT_EQ(o.types, std::vector<DataType>{DataType::float32});
+  EXPECT_EQ(o.ops, std::vector<ReduceOp>{ReduceOp::sum});
+}
+
+TEST(Options, ShortLongAndAttachedFormsAndSuffixes) {
+  const PerfOptions o = parse({"-b", "8", "--maxbytes", "64M", "-f2", "--iters=7", "-d", "bfloat16",
+                               "-o", "all", "-A", "all", "-X", "tcp", "--np", "3", "-c", "0",
+                               "-J", "out.json", "--csv", "out.csv", "-a", "3", "-z", "1"});
+  EXPECT_EQ(o.min_bytes, 8u);
+  EXPECT_EQ(o.max_bytes, 64u << 20);
+  EXPECT_EQ(o.step_factor, 2u);
+  EXPECT_EQ(o.iters, 7);
+  EXPECT_EQ(o.types, std::vector<DataType>{DataType::bfloat16});
+  EXPECT_EQ(o.ops.size(), 5u);
+  EXPECT_EQ(o.algorithms.size(), 6u);
+  EXPECT_EQ(o.algorithms.back(), Algorithm::automatic);
+  EXPECT_EQ(o.transport, "tcp");
+  EXPECT_EQ(o.np, 3);
+  EXPECT_EQ(o.check, 0);
+  EXPECT_EQ(o.json_file, "out.json");
+  EXPECT_EQ(o.csv_file, "out.csv");
+  EXPECT_EQ(o.average, 3);
+  EXPECT_TRUE(o.blocking);
+  EXPECT_EQ(parse({"-d", "all"}).types.size(), 10u);
+  EXPECT_EQ(parse_size("1K", "-b"), 1024u);
+  EXPECT_EQ(parse_size("2G", "-b"), std::size_t{2} << 30);
+}
+
+TEST(Options, SweepSizesByFactorAndByStep) {
+  EXPECT_EQ(parse({"-b", "8", "-e", "64", "-f", "2"}).sizes(), (std::vector<std::size_t>{8, 16, 32, 64}));
+  EXPECT_EQ(parse({"-b", "1K", "-e", "3K", "-i", "1K"}).sizes(),
+            (std::vector<std::size_t>{1024, 2048, 3072}));
+  EXPECT_EQ(parse({"-b", "0", "-e", "0"}).sizes(), (std::vector<std::size_t>{0}));
+}
+
+TEST(Options, BadInputNamesWhatIsWrong) {
+  auto error_of = [](std::vector<std::string> args) {
+    try {
+      parse(args);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(error_of({"-b", "12Q"}), "-b: '12Q' is not a size (a count of bytes, with K, M or G)");
+  EXPECT_EQ(error_of({"-b", "64M", "-e", "8"}), "invalid sizes for 'minbytes' and 'maxbytes': 67108864 > 8");
+  EXPECT_EQ(error_of({"-q"}), "unknown option '-q'");
+  EXPECT_EQ(error_of({"--bogus"}), "unknown option '--bogus'");
+  EXPECT_EQ(error_of({"-n"}), "option '-n' needs a value");
+  EXPECT_EQ(error_of({"-n", "0"}), "-n: '0' is not an integer in 1..1073741824");
+  EXPECT_NE(error_of({"-d", "float128"}).find("'float128' is not one of int8"), std::string::npos);
+  EXPECT_NE(error_of({"-o", "mean"}).find("'mean' is not one of sum"), std::string::npos);
+  EXPECT_NE(error_of({"-A", "butterfly"}).find("'butterfly' is not one of auto, ring"), std::string::npos);
+  EXPECT_EQ(error_of({"-X", "rdma"}), "-X: 'rdma' is not one of auto, ucx, tcp");
+  EXPECT_EQ(error_of({"stray"}), "unexpected argument 'stray'");
+}
+
+// ---- verifiable data ----------------------------------------------------------
+
+TEST(Verify, ExpectedEqualsTheReductionInAnyOrderForEveryTypeAndOp) {
+  for (int t = 0; t < kDataTypeCount; ++t)
+    for (int o = 0; o < kReduceOpCount; ++o) {
+      const auto type = static_cast<DataType>(t);
+      const auto op = static_cast<ReduceOp>(o);
+      if (!is_supported(type, op)) continue;
+      for (int ranks : {1, 2, 3, 7, 16, 64}) {
+        const std::size_t count = 1000, bytes = count * size_of(type);
+        std::vector<std::vector<std::byte>> in(static_cast<std::size_t>(ranks), std::vector<std::byte>(bytes));
+        for (int r = 0; r < ranks; ++r) fill_input(in[r].data(), count, type, op, r, ranks, 42);
+        std::vector<std::byte> want(bytes), forward(in[0]), backward(in[ranks - 1]);
+        fill_expected(want.data(), count, type, op, ranks, 42);
+        for (int r = 1; r < ranks; ++r) {
+          reduce::reduce(forward.data(), in[r].data(), count, type, op);
+          reduce::reduce(backward.data(), in[ranks - 1 - r].data(), count, type, op);
+        }
+        if (op == ReduceOp::avg) {
+          reduce::divide(forward.data(), count, type, static_cast<std::size_t>(ranks));
+          reduce::divide(backward.data(), count, type, static_cast<std::size_t>(ranks));
+        }
+        SCOPED_TRACE(::testing::Message() << to_string(type) << " " << to_string(op) << " p " << ranks);
+        EXPECT_EQ(count_wrong(forward.data(), want.data(), count, type), 0u);
+        EXPECT_EQ(count_wrong(backward.data(), want.data(), count, type), 0u);
+        forward[0] = static_cast<std::byte>(~std::to_integer<unsigned>(forward[0]));
+        EXPECT_EQ(count_wrong(forward.data(), want.data(), count, type), 1u);
+      }
+    }
+}
+
+// ---- runs ---------------------------------------------------------------------
+
+struct PerfRun {
+  testing::ProcessResult result;
+  std::string text() const { return result.output; }
+};
+PerfRun run_perf(const std::vector<std::string>& args, int seconds = 120) {
+  testing::ProcessGroup group;
+  std::vector<std::string> argv = {CHORUS_ALLREDUCE_PERF};
+  argv.insert(argv.end(), args.begin(), args.end());
+  group.start(argv, {{"CHORUS_TIMEOUT", "60"}});
+  return {group.wait(std::chrono::seconds(seconds)).at(0)};
+}
+
+TEST(AllreducePerf, LocalRunWithThreeRanksPassesAndIsParsable) {
+  const std::string dir = ::testing::TempDir();
+  const PerfRun run = run_perf({"--np", "3", "-b", "8", "-e", "64K", "-f", "8", "-n", "3", "-w", "1",
+                            "-X", "tcp", "-J", dir + "/perf.json", "--csv", dir + "/perf.csv"});
+  ASSERT_EQ(run.result.exit_code, 0) << run.text();
+  const Parsed p = parse_nccl_tests_output(run.text());
+  ASSERT_EQ(p.rows.size(), 5u) << run.text();  // 8, 64, 512, 4096, 32768
+  for (const auto& r : p.rows) {
+    EXPECT_EQ(r.wrong[0], "0");
+    EXPECT_EQ(r.wrong[1], "0");
+    EXPECT_EQ(r.type, "float");
+    EXPECT_EQ(r.root, -1);
+  }
+  EXPECT_EQ(p.out_of_bounds, "0 OK");
+  EXPECT_NE(run.text().find("nThread 1 nGpus 1 minBytes 8 maxBytes 65536 step: 8(factor) warmup iters: 1 iters: 3"),
+            std::string::npos);
+  EXPECT_NE(run.text().find("#  Rank  2 Group  0 Pid"), std::string::npos);
+  std::ifstream json(dir + "/perf.json"), csv(dir + "/perf.csv");
+  std::stringstream js, cs;
+  js << json.rdbuf();
+  cs << csv.rdbuf();
+  EXPECT_NE(js.str().find(R"("size": 4096, "count": 1024, "type": "float")"), std::string::npos) << js.str();
+  EXPECT_NE(cs.str().find("4096,1024,float,sum,-1,"), std::string::npos) << cs.str();
+}
+
+TEST(AllreducePerf, CorruptedResultIsCountedAndFails) {
+  const PerfRun run = run_perf({"--np", "2", "-b", "1K", "-e", "1K", "-n", "2", "-w", "0", "-X", "tcp",
+                            "--inject-error"});
+  EXPECT_EQ(run.result.exit_code, 1) << run.text();
+  const Parsed p = parse_nccl_tests_output(run.text());
+  ASSERT_EQ(p.rows.size(), 1u) << run.text();
+  EXPECT_EQ(p.rows[0].wrong[0], "1");
+  EXPECT_EQ(p.rows[0].wrong[1], "1");
+  EXPECT_EQ(p.out_of_bounds, "2 FAILED");
+}
+
+TEST(AllreducePerf, EveryAlgorithmEveryTypeAndOpChecksClean) {
+  const PerfRun run = run_perf({"--np", "3", "-b", "4K", "-e", "4K", "-n", "1", "-w", "0", "-X", "tcp",
+                            "-A", "all", "-d", "all", "-o", "all"}, 240);
+  ASSERT_EQ(run.result.exit_code, 0) << run.text();
+  const Parsed p = parse_nccl_tests_output(run.text());
+  EXPECT_GT(p.rows.size(), 100u);
+  EXPECT_EQ(p.out_of_bounds, "0 OK");
+}
+
+TEST(AllreducePerf, TuneWritesAFileTheSelectorReads) {
+  const std::string file = ::testing::TempDir() + "/chorus.tune";
+  const PerfRun run = run_perf({"--np", "2", "-b", "8", "-e", "64K", "-f", "64", "-n", "2", "-w", "0",
+                            "-X", "tcp", "--tune", file});
+  ASSERT_EQ(run.result.exit_code, 0) << run.text();
+  const coll::Tuning t = coll::read_tuning(file);
+  ASSERT_TRUE(t.model.has_value());
+  ASSERT_EQ(t.entries.size(), 3u);  // 8, 512, 32768
+  EXPECT_EQ(t.entries[0].ranks, 2);
+  EXPECT_EQ(t.entries[2].max_bytes, 32768u);
+}
+
+TEST(AllreducePerf, BadFlagPrintsWhatIsWrongAndUsageWithStatusTwo) {
+  const PerfRun run = run_perf({"-b", "lots"});
+  EXPECT_EQ(run.result.exit_code, 2);
+  EXPECT_NE(run.text().find("-b: 'lots' is not a size"), std::string::npos) << run.text();
+  EXPECT_NE(run.text().find("USAGE: allreduce_perf"), std::string::npos) << run.text();
+  const PerfRun help = run_perf({"-h"});
+  EXPECT_EQ(help.result.exit_code, 0);
+  EXPECT_NE(help.text().find("-A,--algo"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace chorus::perf
