@@ -220,7 +220,7 @@ void Communicator::Impl::run(const Call& call) {
   std::lock_guard run_lock(run_mutex);
   if (poisoned.load()) throw_poisoned();
   const auto deadline = transport::deadline_after(timeout_seconds);
-  coll::Collective c{*transport, call.sequence, deadline, nullptr, &abort_requested};
+  coll::Collective c{*transport, call.sequence, deadline, nullptr, &abort_requested, &scratch};
   // Declared outside the try: its posted receive must not outlive its
   // buffer, and the transport is aborted in the catch before it goes.
   std::optional<coll::CallCheck> check;

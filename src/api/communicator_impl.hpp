@@ -81,7 +81,8 @@ struct Communicator::Impl {
   std::deque<std::pair<Call, std::shared_ptr<Work::State>>> queue;
   bool worker_busy = false, stopping = false;
   std::thread worker;
-  std::mutex run_mutex;  // held while a call uses the transport
+  std::mutex run_mutex;  // held while a call uses the transport (and scratch)
+  coll::Scratch scratch;  // the algorithms' temporary buffers, kept between calls
 
   mutable std::mutex error_mutex;
   std::optional<Error> first_error;

@@ -6,6 +6,21 @@
 
 namespace chorus::coll {
 
+std::byte* Scratch::get(unsigned slot, std::size_t bytes) {
+  Buffer& b = buffers_[slot];
+  if (b.bytes < bytes || !b.data) {
+    b.data.reset();  // release before allocating: peak memory stays one buffer
+    b.data.reset(new std::byte[std::max<std::size_t>(bytes, 1)]);
+    b.bytes = bytes;
+  }
+  return b.data.get();
+}
+
+std::byte* Collective::scratch_buffer(unsigned slot, std::size_t bytes) const {
+  static thread_local Scratch per_thread;
+  return (scratch != nullptr ? *scratch : per_thread).get(slot, bytes);
+}
+
 void Collective::wait(const transport::Request& request,
                       const std::function<void()>& also) const {
   try {

@@ -18,11 +18,31 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 
 namespace chorus::coll {
 
 class CallCheck;
+
+// Scratch memory that outlives one call: a communicator keeps one, so that
+// an algorithm's temporary buffers are allocated (and faulted in, and
+// registered by UCX) once, not on every call. Slots let one call hold
+// several buffers at once. Not thread-safe: one call runs at a time.
+class Scratch {
+ public:
+  static constexpr unsigned kSlots = 4;
+  // At least `bytes` bytes, contents unspecified; valid until the next get()
+  // of the same slot.
+  std::byte* get(unsigned slot, std::size_t bytes);
+
+ private:
+  struct Buffer {
+    std::unique_ptr<std::byte[]> data;
+    std::size_t bytes = 0;
+  };
+  Buffer buffers_[kSlots];
+};
 
 inline constexpr unsigned kMaxSteps = 2048;
 inline constexpr unsigned kMaxSegments = 4095;  // segments 0..4094
@@ -35,6 +55,10 @@ struct Collective {
   CallCheck* check = nullptr;  // none in algorithm-only tests
   // Set (by another thread) to make every wait end with ErrorCode::aborted.
   const std::atomic<bool>* abort_requested = nullptr;
+  Scratch* scratch = nullptr;  // none: a per-thread one is used
+
+  // `bytes` of scratch memory in `slot` (see Scratch).
+  std::byte* scratch_buffer(unsigned slot, std::size_t bytes) const;
 
   // phase < 2, step < kMaxSteps, segment <= kCheckSegment.
   transport::Tag message_tag(unsigned phase, unsigned step, unsigned segment) const {

@@ -46,8 +46,8 @@ void direct_one_shot_allreduce(const Collective& c, const void* send, void* recv
     return;
   }
   // Slot q holds rank q's contribution; ours too, since recv may be send.
-  std::vector<std::byte> slots(static_cast<std::size_t>(p) * bytes);
-  auto slot = [&](int q) { return slots.data() + static_cast<std::size_t>(q) * bytes; };
+  std::byte* slots = c.scratch_buffer(0, static_cast<std::size_t>(p) * bytes);
+  auto slot = [&](int q) { return slots + static_cast<std::size_t>(q) * bytes; };
   if (bytes) std::memcpy(slot(r), send, bytes);
   const auto whole = [&](int) { return bytes; };
   all_to_all(
@@ -79,8 +79,8 @@ void direct_two_shot_allreduce(const Collective& c, const void* send, void* recv
 
   // Reduce-scatter: everyone's piece of chunk r lands in slot q; ours is
   // copied in too, since recv may be send and is written below.
-  std::vector<std::byte> slots(up * mine * esize);
-  auto slot = [&](int q) { return slots.data() + static_cast<std::size_t>(q) * mine * esize; };
+  std::byte* slots = c.scratch_buffer(0, up * mine * esize);
+  auto slot = [&](int q) { return slots + static_cast<std::size_t>(q) * mine * esize; };
   if (mine) std::memcpy(slot(r), in + chunk_offset(r), mine * esize);
   const auto chunk_bytes = [&](int q) { return chunk_count(q) * esize; };
   const auto my_chunk_bytes = [&](int) { return mine * esize; };

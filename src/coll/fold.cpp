@@ -24,9 +24,9 @@ bool PowerOfTwoFold::enter() {
     c_.wait(*t.isend(r + 1, c_.message_tag(0, 0, 0), buf_, bytes));
     return false;
   }
-  std::vector<std::byte> incoming(bytes);
-  c_.wait(*t.irecv(r - 1, c_.message_tag(0, 0, 0), incoming.data(), bytes));
-  if (count_) reduce::reduce(buf_, incoming.data(), count_, type_, op_);
+  std::byte* incoming = c_.scratch_buffer(1, bytes);  // slot 0 is the algorithm's
+  c_.wait(*t.irecv(r - 1, c_.message_tag(0, 0, 0), incoming, bytes));
+  if (count_) reduce::reduce(buf_, incoming, count_, type_, op_);
   return true;
 }
 

@@ -27,7 +27,7 @@ void halving_doubling_allreduce(const Collective& c, const void* send, void* rec
   }
   const int p2 = fold.p2(), vr = fold.virtual_rank();
   auto real_rank = [&](int v) { return fold.real_rank(v); };
-  std::vector<std::byte> incoming(bytes);
+  std::byte* incoming = c.scratch_buffer(0, bytes);
 
   // Blocks: count split into p2 parts; [lo, hi) is a range of blocks.
   const auto blocks = static_cast<std::size_t>(p2);
@@ -44,11 +44,11 @@ void halving_doubling_allreduce(const Collective& c, const void* send, void* rec
     const std::size_t give_lo = keep_low ? mid : lo, give_hi = keep_low ? hi : mid;
     const std::size_t keep_n = element(keep_hi) - element(keep_lo);
     const std::size_t give_n = element(give_hi) - element(give_lo);
-    auto in = t.irecv(partner, c.message_tag(1, step, 0), incoming.data(), keep_n * esize);
+    auto in = t.irecv(partner, c.message_tag(1, step, 0), incoming, keep_n * esize);
     auto sent =
         t.isend(partner, c.message_tag(1, step, 0), out + element(give_lo) * esize, give_n * esize);
     c.wait(*in);
-    if (keep_n) reduce::reduce(out + element(keep_lo) * esize, incoming.data(), keep_n, type, op);
+    if (keep_n) reduce::reduce(out + element(keep_lo) * esize, incoming, keep_n, type, op);
     c.wait(*sent);
     lo = keep_lo, hi = keep_hi;
   }

@@ -22,16 +22,16 @@ void recursive_doubling_allreduce(const Collective& c, const void* send, void* r
     fold.finish();  // the finished result comes back, already divided for avg
     return;
   }
-  std::vector<std::byte> incoming(bytes);
+  std::byte* incoming = c.scratch_buffer(0, bytes);
   unsigned step = 0;
   for (int mask = 1; mask < fold.p2(); mask <<= 1, ++step) {
     const int partner = fold.real_rank(fold.virtual_rank() ^ mask);
     const transport::Tag tag = c.message_tag(1, step, 0);
-    auto in = t.irecv(partner, tag, incoming.data(), bytes);
+    auto in = t.irecv(partner, tag, incoming, bytes);
     auto out = t.isend(partner, tag, recv, bytes);
     c.wait(*in);
     c.wait(*out);  // recv is about to change under the send
-    if (bytes) reduce::reduce(recv, incoming.data(), count, type, op);
+    if (bytes) reduce::reduce(recv, incoming, count, type, op);
   }
   if (op == ReduceOp::avg && bytes) reduce::divide(recv, count, type, static_cast<std::size_t>(p));
   fold.finish();

@@ -68,7 +68,7 @@ void ring_allreduce(const Collective& c, const void* send, void* recv, std::size
   // In place, incoming partial sums land in scratch (two steps' worth, so the
   // next step's receives can be posted while this one is reduced); out of
   // place they land straight in recv and are reduced with our send buffer.
-  std::vector<std::byte> scratch(in_place ? 2 * largest * esize : 0);
+  std::byte* scratch = in_place ? c.scratch_buffer(0, 2 * largest * esize) : nullptr;
   std::vector<transport::RequestPtr> sends;
 
   // ---- reduce-scatter: after p-1 steps, rank r owns chunk (r + 1) % p ------
@@ -77,7 +77,7 @@ void ring_allreduce(const Collective& c, const void* send, void* recv, std::size
     const std::size_t n = chunks.size(chunk);
     for (std::size_t s = 0; s < segments_of(n); ++s) {
       const Span g = segment(n, seg_elems, s);
-      std::byte* dst = in_place ? scratch.data() + ((step % 2) * largest + g.first) * esize
+      std::byte* dst = in_place ? scratch + ((step % 2) * largest + g.first) * esize
                                 : at(out, chunk, g.first);
       reqs.push_back(
           t.irecv(prev, c.message_tag(0, step, static_cast<unsigned>(s)), dst, g.length * esize));
@@ -105,7 +105,7 @@ void ring_allreduce(const Collective& c, const void* send, void* recv, std::size
       std::byte* dst = at(out, chunk, g.first);
       const std::byte* mine = at_const(in, chunk, g.first);
       if (in_place) {
-        const std::byte* arrived = scratch.data() + ((step % 2) * largest + g.first) * esize;
+        const std::byte* arrived = scratch + ((step % 2) * largest + g.first) * esize;
         reduce::reduce(dst, dst, arrived, g.length, type, op);
       } else {
         reduce::reduce(dst, dst, mine, g.length, type, op);

@@ -62,7 +62,8 @@ class TreeRun {
     seg_elems_ = std::max(seg_elems_, (elems + kMaxSegments - 1) / kMaxSegments);
     segments_ = (elems + seg_elems_ - 1) / seg_elems_;
     child_recv_.resize(links_.children.size() * kWindow);
-    scratch_.resize(links_.children.size() * kWindow * seg_elems_ * esize_);
+    scratch_ = c.scratch_buffer(static_cast<unsigned>(which),
+                                links_.children.size() * kWindow * seg_elems_ * esize_);
     up_sends_.resize(segments_);
     down_recv_.resize(segments_);
   }
@@ -155,7 +156,7 @@ class TreeRun {
   std::size_t offset(std::size_t s) const { return s * seg_elems_ * esize_; }
   std::size_t slot(std::size_t child, std::size_t s) const { return child * kWindow + s % kWindow; }
   std::byte* scratch(std::size_t child, std::size_t s) {
-    return scratch_.data() + slot(child, s) * seg_elems_ * esize_;
+    return scratch_ + slot(child, s) * seg_elems_ * esize_;
   }
 
   const Collective& c_;
@@ -169,7 +170,7 @@ class TreeRun {
   std::size_t seg_elems_ = 1, segments_ = 0;
   std::size_t up_posted_ = 0, up_done_ = 0, down_posted_ = 0, down_done_ = 0;
   std::vector<transport::RequestPtr> child_recv_;
-  std::vector<std::byte> scratch_;
+  std::byte* scratch_ = nullptr;  // the collective's scratch slot `which`
   std::vector<transport::RequestPtr> up_sends_, down_recv_, down_sends_;
 };
 

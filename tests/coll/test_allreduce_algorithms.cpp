@@ -281,7 +281,9 @@ TEST(Tree, BothTreesSpanEveryRankAndComplementEachOther) {
     }
     for (int c : leaf_count) leaves_in_both += c == 2;
     // Interior work is shared: at most one rank (odd p) idles in both trees.
-    if (p > 1) EXPECT_LE(leaves_in_both, 1) << "p " << p;
+    if (p > 1) {
+      EXPECT_LE(leaves_in_both, 1) << "p " << p;
+    }
   }
 }
 
