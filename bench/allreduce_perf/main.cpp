@@ -118,9 +118,10 @@ class Runner {
     if (o_.blocking) std::printf("# Blocking Enabled: wait for completion and barrier after each collective \n");
     std::printf("#\n");
     const auto& model = comm_.impl().selector->model();
-    std::printf("# Chorus %s: %d ranks over %.*s; cost model alpha %.2f us, beta %.2f GB/s, gamma %.2f GB/s\n",
+    std::printf("# Chorus %s: %d ranks over %.*s; cost model alpha %.2f us, overhead %.2f us, "
+                "beta %.2f GB/s, gamma %.2f GB/s\n",
                 version_string(), ranks_, static_cast<int>(comm_.transport_name().size()),
-                comm_.transport_name().data(), model.alpha * 1e6,
+                comm_.transport_name().data(), model.alpha * 1e6, model.overhead * 1e6,
                 model.beta > 0 ? 1e-9 / model.beta : 0.0, model.gamma > 0 ? 1e-9 / model.gamma : 0.0);
     std::printf("# Using devices\n%s#\n", devices_.c_str());
     std::printf("%s", header(o_.mpi).c_str());
@@ -247,6 +248,7 @@ class Runner {
         row.type = type;
         row.op = op;
         row.algorithm = std::string(coll::to_string(comm_.impl().choose(a, row.bytes).variant));
+        row.automatic = a == Algorithm::automatic;
         row.out_of_place = measure(count, type, op, false, a);
         row.in_place = measure(count, type, op, true, a);
 #if defined(CHORUS_PERF_WITH_MPI)

@@ -21,6 +21,7 @@ std::string format_time(double us) {
 }
 
 namespace {
+std::string algo_column(const Row& row) { return (row.automatic ? "auto:" : "") + row.algorithm; }
 std::string wrong_text(std::int64_t wrong) {
   return wrong < 0 ? fmt::format("{:>5}", "N/A") : fmt::format("{:5}", wrong);
 }
@@ -34,12 +35,12 @@ std::string header(bool with_mpi) {
   std::string h;
   h += fmt::format("# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}           out-of-place                       in-place          \n",
                    "", "", "", "", "");
-  h += fmt::format("# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6} {:>6}  {:>7}  {:>6}  {:>6} {:>6}  {:<18}",
+  h += fmt::format("# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6} {:>6}  {:>7}  {:>6}  {:>6} {:>6}  {:<24}",
                    "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
                    "time", "algbw", "busbw", "#wrong", "algo");
   if (with_mpi) h += fmt::format("  {:>8}  {:>9}  {:>7}", "mpi_time", "mpi_busbw", "speedup");
   h += "\n";
-  h += fmt::format("# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>5}  {:>7}  {:>6}  {:>6}  {:>5}  {:<18}",
+  h += fmt::format("# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>5}  {:>7}  {:>6}  {:>6}  {:>5}  {:<24}",
                    "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
                    "(GB/s)", "", "");
   if (with_mpi) h += fmt::format("  {:>8}  {:>9}  {:>7}", "(us)", "(GB/s)", "");
@@ -50,7 +51,7 @@ std::string format_row(const Row& row) {
   std::string line = fmt::format("{:12}  {:12}  {:>8}  {:>6}  {:6}", row.bytes, row.count,
                                  nccl_type_name(row.type), to_string(row.op), -1);
   line += block(row.out_of_place) + block(row.in_place);
-  line += fmt::format("  {:<18}", row.algorithm);
+  line += fmt::format("  {:<24}", algo_column(row));
   if (row.mpi) {
     const double speedup = row.out_of_place.time_us > 0 ? row.mpi->time_us / row.out_of_place.time_us : 0;
     line += fmt::format("  {:>8}  {:9.2f}  {:7.2f}", format_time(row.mpi->time_us), row.mpi->busbw, speedup);
@@ -76,7 +77,7 @@ std::string csv_row(const Row& row, int ranks, const std::string& transport) {
     return fmt::format("{:.3f},{:.4f},{:.4f},{}", x.time_us, x.algbw, x.busbw, x.wrong);
   };
   std::string line = fmt::format("{},{},{},{},-1,{},{},{},{},{}", row.bytes, row.count,
-                                 nccl_type_name(row.type), to_string(row.op), row.algorithm, ranks,
+                                 nccl_type_name(row.type), to_string(row.op), algo_column(row), ranks,
                                  transport, t(row.out_of_place), t(row.in_place));
   if (row.mpi)
     line += fmt::format(",{:.3f},{:.4f},{:.4f},{:.4f}", row.mpi->time_us, row.mpi->algbw,
@@ -96,7 +97,7 @@ std::string json_document(const std::vector<Row>& rows, int ranks, const std::st
     out += fmt::format(
         R"({}
   {{"size": {}, "count": {}, "type": "{}", "redop": "{}", "root": -1, "algo": "{}", "out_of_place": {}, "in_place": {})",
-        i ? "," : "", r.bytes, r.count, nccl_type_name(r.type), to_string(r.op), r.algorithm,
+        i ? "," : "", r.bytes, r.count, nccl_type_name(r.type), to_string(r.op), algo_column(r),
         t(r.out_of_place), t(r.in_place));
     if (r.mpi) out += fmt::format(R"(, "mpi": {})", t(*r.mpi));
     out += "}";

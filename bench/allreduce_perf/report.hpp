@@ -29,7 +29,8 @@ struct Row {
   std::size_t bytes = 0, count = 0;
   DataType type = DataType::float32;
   ReduceOp op = ReduceOp::sum;
-  std::string algorithm;
+  std::string algorithm;  // the variant that ran
+  bool automatic = false;  // chosen by the selector (the table shows "auto:<variant>")
   Timing out_of_place, in_place;
   std::optional<Timing> mpi;
 };

@@ -123,9 +123,10 @@ Communicator::Impl::Impl(std::unique_ptr<transport::Transport> t,
     model = *tuning.model;
     source = "tuning file";
   }
-  log::info("communicator: rank {} of {} over {}; cost model ({}): alpha {:.2f} us, beta {:.3f} "
-            "GB/s, gamma {:.3f} GB/s; algorithm {}{}",
+  log::info("communicator: rank {} of {} over {}; cost model ({}): alpha {:.2f} us, overhead "
+            "{:.2f} us, beta {:.3f} GB/s, gamma {:.3f} GB/s; algorithm {}{}",
             transport->rank(), transport->size(), transport->name(), source, us(model.alpha),
+            us(model.overhead),
             model.beta > 0 ? 1e-9 / model.beta : 0.0, model.gamma > 0 ? 1e-9 / model.gamma : 0.0,
             to_string(algorithm), forced ? " (CHORUS_ALGO)" : "");
   selector = std::make_unique<coll::Selector>(model, std::move(tuning));

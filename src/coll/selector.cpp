@@ -70,14 +70,18 @@ double predicted_seconds(Variant v, const CostModel& m, std::size_t bytes, int r
   switch (v) {
     case Variant::ring:
       return 2 * (p - 1) * m.alpha + 2 * share * n * m.beta + share * n * m.gamma;
-    case Variant::tree:
-      // Two half-buffer trees at once, pipelined: the busiest (interior) rank
-      // takes two halves in and sends one up, then one in and two down.
-      return 2 * log_p * m.alpha + 2 * n * m.beta + n * m.gamma;
+    case Variant::tree: {
+      // Two half-buffer trees at once, pipelined. With p = 2 each rank is
+      // the root of one tree and the leaf of the other: ring's traffic. With
+      // more, an interior rank takes two halves in and sends one up, then
+      // one in and two down.
+      const double moved = ranks == 2 ? 1.0 : 2.0;
+      return 2 * log_p * (m.alpha + m.overhead) + moved * n * m.beta + moved / 2 * n * m.gamma;
+    }
     case Variant::direct_one_shot:
-      return (p - 1) * m.alpha + (p - 1) * n * (m.beta + m.gamma);
+      return m.alpha + (p - 2) * m.overhead + (p - 1) * n * (m.beta + m.gamma);
     case Variant::direct_two_shot:
-      return 2 * (p - 1) * m.alpha + 2 * share * n * m.beta + share * n * m.gamma;
+      return 2 * (m.alpha + (p - 2) * m.overhead) + 2 * share * n * m.beta + share * n * m.gamma;
     case Variant::halving_doubling: {
       const double s2 = (p2 - 1.0) / p2;
       return fold + 2 * log_p2 * m.alpha + 2 * s2 * n * m.beta + s2 * n * m.gamma;
@@ -105,8 +109,9 @@ Tuning read_tuning(const std::string& path) {
     };
     if (kind == "model") {
       CostModel m;
-      if (!(fields >> m.alpha >> m.beta >> m.gamma) || m.alpha < 0 || m.beta < 0 || m.gamma < 0)
-        throw bad("expected 'model <alpha> <beta> <gamma>' with non-negative seconds");
+      if (!(fields >> m.alpha >> m.beta >> m.gamma >> m.overhead) || m.alpha < 0 || m.beta < 0 ||
+          m.gamma < 0 || m.overhead < 0)
+        throw bad("expected 'model <alpha> <beta> <gamma> <overhead>' with non-negative seconds");
       tuning.model = m;
     } else if (kind == "best") {
       TuningEntry e;
@@ -133,13 +138,24 @@ void write_tuning(const std::string& path, const Tuning& tuning) {
   std::ofstream out(path);
   out << "# chorus tuning file: see docs/tuning.md\n";
   if (tuning.model)
-    out << fmt::format("model {:.6g} {:.6g} {:.6g}\n", tuning.model->alpha, tuning.model->beta,
-                       tuning.model->gamma);
+    out << fmt::format("model {:.6g} {:.6g} {:.6g} {:.6g}\n", tuning.model->alpha,
+                       tuning.model->beta, tuning.model->gamma, tuning.model->overhead);
   for (const auto& e : tuning.entries)
     out << fmt::format("best {} {} {}\n", e.ranks, e.max_bytes, to_string(e.variant));
   if (!out)
     throw Error(ErrorCode::invalid_argument, fmt::format("tuning file {}: cannot be written", path));
 }
+
+namespace {
+// Several variants often cost the same in the model (at p = 2 ring, tree,
+// two-shot and halving-doubling move the same bytes in the same steps); a
+// tie goes to the earlier here, the order in which they pipelined best in
+// allreduce_perf -A all on the development machine (docs/tuning.md).
+constexpr Variant kTiePreference[] = {Variant::tree,           Variant::direct_two_shot,
+                                      Variant::ring,           Variant::halving_doubling,
+                                      Variant::recursive_doubling, Variant::direct_one_shot};
+static_assert(std::size(kTiePreference) == kVariantCount);
+}  // namespace
 
 Selector::Selector(CostModel model, Tuning tuning) : model_(model), tuning_(std::move(tuning)) {}
 
@@ -151,11 +167,10 @@ Choice Selector::choose(Algorithm requested, std::size_t bytes, int ranks) const
   }
   Choice best{Variant::ring, 0, requested == Algorithm::automatic ? "cost model" : "forced"};
   bool found = false;
-  for (int i = 0; i < kVariantCount; ++i) {
-    const auto v = static_cast<Variant>(i);
+  for (Variant v : kTiePreference) {
     if (requested != Algorithm::automatic && family(v) != requested) continue;
     const double t = predicted_seconds(v, model_, bytes, ranks);
-    if (!found || t < best.predicted_seconds) {
+    if (!found || t < best.predicted_seconds * (1 - 1e-9)) {  // a tie keeps the earlier one
       best.variant = v;
       best.predicted_seconds = t;
       found = true;
@@ -201,6 +216,26 @@ CostModel probe_cost_model(const Collective& c) {
     model.alpha = half_round_trip(8, 30, 0);
     const double large = half_round_trip(buf.size(), 6, 1);
     model.beta = std::max(0.0, large - model.alpha) / static_cast<double>(buf.size());
+    // overhead: what each further message of a burst adds (8 at once, then
+    // the reply), the cost of a step that talks to many peers.
+    std::vector<double> bursts;
+    constexpr int kBurst = 8;
+    for (int i = 0; i < 12; ++i) {
+      std::vector<transport::RequestPtr> reqs;
+      const auto start = transport::Clock::now();
+      for (int k = 0; k < kBurst; ++k) {
+        const auto tag = c.message_tag(0, 2, static_cast<unsigned>(i * kBurst + k));
+        reqs.push_back(r == 0 ? t.isend(peer, tag, buf.data() + 8 * k, 8)
+                              : t.irecv(peer, tag, buf.data() + 8 * k, 8));
+      }
+      c.wait_all(reqs);
+      const auto reply = c.message_tag(0, 3, static_cast<unsigned>(i));
+      if (r == 0) c.wait(*t.irecv(peer, reply, buf.data(), 8));
+      else c.wait(*t.isend(peer, reply, buf.data(), 8));
+      if (i >= 2) bursts.push_back(std::chrono::duration<double>(transport::Clock::now() - start).count());
+    }
+    // A burst and its reply: 2 alpha + (kBurst - 1) overheads.
+    model.overhead = std::max(0.0, (median(bursts) - 2 * model.alpha) / (kBurst - 1));
   }
   if (r == 0) {
     // gamma: c = a + b on float32, the reduction every algorithm runs.
@@ -219,9 +254,9 @@ CostModel probe_cost_model(const Collective& c) {
   } else {
     auto received = t.irecv(0, c.message_tag(1, 0, 0), &model, sizeof model);
     c.wait(*received);
-    const bool sane = received->received_bytes() == sizeof model && std::isfinite(model.alpha) &&
-                      std::isfinite(model.beta) && std::isfinite(model.gamma) &&
-                      model.alpha >= 0 && model.beta >= 0 && model.gamma >= 0;
+    bool sane = received->received_bytes() == sizeof model;
+    for (double x : {model.alpha, model.beta, model.gamma, model.overhead})
+      sane = sane && std::isfinite(x) && x >= 0;
     if (!sane)
       c.fail(Error(ErrorCode::peer_failure,
                    fmt::format("rank {}: the cost model from rank 0 is malformed", r)));

@@ -6,6 +6,9 @@
 //   alpha  seconds per message (latency and per-message overhead)
 //   beta   seconds per byte moved between two ranks
 //   gamma  seconds per byte reduced
+//   overhead  seconds each further message sent in the same step adds
+//          (messages of one step overlap: a step costs alpha, not alpha
+//          per message)
 // measured at communicator creation by probe_cost_model() or read from a
 // tuning file (CHORUS_TUNING_FILE, written by allreduce_perf --tune). A
 // tuning file may also name the measured-best algorithm per rank count and
@@ -46,6 +49,7 @@ AllreduceFunction allreduce_function(Variant v) noexcept;
 
 struct CostModel {
   double alpha = 0, beta = 0, gamma = 0;
+  double overhead = 0;  // seconds each further message of one step adds
 };
 // Predicted seconds for `bytes` over `ranks` ranks.
 double predicted_seconds(Variant v, const CostModel& model, std::size_t bytes, int ranks);
@@ -61,7 +65,7 @@ struct Tuning {
   std::vector<TuningEntry> entries;  // by ranks, then max_bytes ascending
 };
 // The tuning file format, one record per line ('#' starts a comment):
-//   model <alpha seconds> <beta seconds/byte> <gamma seconds/byte>
+//   model <alpha s> <beta s/byte> <gamma s/byte> <overhead s>
 //   best <ranks> <max bytes> <variant name>
 // Throws chorus::Error naming the file, line and problem.
 Tuning read_tuning(const std::string& path);

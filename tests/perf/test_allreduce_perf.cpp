@@ -80,7 +80,7 @@ TEST(Report, RowsHaveNcclTestsColumnsAndWidths) {
   const std::string line = format_row(row);
   // nccl-tests: "%12li  %12li  %8s  %6s  %6i" then "  %7s  %6.2f  %6.2f  %5li" twice.
   EXPECT_EQ(line.substr(0, 61), "     1048576        262144     float     sum      -1    123.5");
-  EXPECT_NE(line.find("    123.5    8.49   12.74      0    12346    0.08    0.13      3  ring"), std::string::npos)
+  EXPECT_NE(line.find("    123.5    8.49   12.74      0    12346    0.08    0.13      3  ring "), std::string::npos)
       << line;
   const Parsed p = parse_nccl_tests_output(header(false) + line + footer(1, 6.4));
   ASSERT_EQ(p.rows.size(), 1u);

@@ -937,7 +937,15 @@ void TcpTransport::fail_peer(Peer& peer, const std::string& reason) {
   if (peer.dead) return;
   peer.dead = true;
   peer.dead_reason = reason;
-  log::warn("tcp: rank {}: {}", rank(), reason);
+  // A peer that leaves while nothing is pending with it is a job ending in
+  // its own time, not a failure worth a warning.
+  const bool pending = !peer.sendq.empty() || !peer.posted.empty() || !peer.rndv_sends.empty() ||
+                       !peer.rndv_recvs.empty() || peer.in_payload;
+  if (pending) {
+    log::warn("tcp: rank {}: {}", rank(), reason);
+  } else {
+    log::info("tcp: rank {}: {} (nothing was pending with it)", rank(), reason);
+  }
   if (peer.fd) {
     epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, peer.fd.get(), nullptr);
     peer.fd.reset();

@@ -110,7 +110,13 @@ struct UcxTransport::State {
     if (state.dead) return;
     state.dead = true;
     state.reason = reason;
-    log::warn("ucx: rank {}: {}", rank, reason);
+    bool pending = false;
+    for (Pending* p = inflight; p && !pending; p = p->next) pending = p->peer == peer;
+    if (pending) {
+      log::warn("ucx: rank {}: {}", rank, reason);
+    } else {  // a peer that left in its own time
+      log::info("ucx: rank {}: {} (nothing was pending with it)", rank, reason);
+    }
     // UCX fails unmatched work with it, but not a receive whose rendezvous
     // had begun, and it cannot match receives to a peer: cancel what can be
     // cancelled, and fail every request with the peer here and now. (A
