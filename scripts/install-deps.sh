@@ -12,6 +12,7 @@ packages=(
   libgtest-dev libgmock-dev                 # tests
   libbenchmark-dev                          # micro-benchmarks
   python3                                   # benchmark drivers (bench/*.py)
+  python3-matplotlib                        # bench/plot_perf: busbw and latency plots
 )
 
 missing=()

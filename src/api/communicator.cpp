@@ -116,7 +116,7 @@ Communicator::Impl::Impl(std::unique_ptr<transport::Transport> t,
   // Every rank probes (so that ranks with and without a tuning file still
   // meet); a tuning file's model, when it has one, replaces the probe's.
   coll::Collective probe{*transport, 0, transport::deadline_after(timeout_seconds), nullptr,
-                         &abort_requested};
+                         &abort_requested, &scratch};
   coll::CostModel model = coll::probe_cost_model(probe);
   const char* source = "probe";
   if (tuning.model) {

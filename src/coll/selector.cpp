@@ -60,6 +60,14 @@ AllreduceFunction allreduce_function(Variant v) noexcept {
 
 double predicted_seconds(Variant v, const CostModel& m, std::size_t bytes, int ranks) {
   if (ranks <= 1) return 0;
+  if (m.calibrated) {
+    const auto& t = m.measured[static_cast<int>(v)];
+    const auto& at = CostModel::kCalibrationBytes;
+    int i = 0;  // the segment of the line to use: at[i] < bytes <= at[i + 1], or the last
+    while (i + 2 < CostModel::kCalibrationPoints && bytes > at[i + 1]) ++i;
+    const double slope = std::max(0.0, (t[i + 1] - t[i]) / static_cast<double>(at[i + 1] - at[i]));
+    return std::max(0.0, t[i] + slope * (static_cast<double>(bytes) - static_cast<double>(at[i])));
+  }
   const double n = static_cast<double>(bytes), p = ranks;
   const int p2 = static_cast<int>(std::bit_floor(static_cast<unsigned>(ranks)));
   const double log_p2 = std::log2(p2), log_p = std::ceil(std::log2(p));
@@ -76,7 +84,9 @@ double predicted_seconds(Variant v, const CostModel& m, std::size_t bytes, int r
       // more, an interior rank takes two halves in and sends one up, then
       // one in and two down.
       const double moved = ranks == 2 ? 1.0 : 2.0;
-      return 2 * log_p * (m.alpha + m.overhead) + moved * n * m.beta + moved / 2 * n * m.gamma;
+      const double extra_messages = ranks == 2 ? 0.0 : 2.0;  // an interior rank's other child and tree
+      return 2 * log_p * (m.alpha + extra_messages * m.overhead) + moved * n * m.beta +
+             moved / 2 * n * m.gamma;
     }
     case Variant::direct_one_shot:
       return m.alpha + (p - 2) * m.overhead + (p - 1) * n * (m.beta + m.gamma);
@@ -113,6 +123,19 @@ Tuning read_tuning(const std::string& path) {
           m.gamma < 0 || m.overhead < 0)
         throw bad("expected 'model <alpha> <beta> <gamma> <overhead>' with non-negative seconds");
       tuning.model = m;
+    } else if (kind == "line") {
+      std::string name;
+      double t[CostModel::kCalibrationPoints];
+      bool ok = static_cast<bool>(fields >> name);
+      for (double& x : t) ok = ok && (fields >> x) && x >= 0;
+      if (!ok)
+        throw bad(fmt::format("expected 'line <algorithm>' and {} times in seconds",
+                              CostModel::kCalibrationPoints));
+      const auto v = parse_variant(name);
+      if (!v) throw bad(fmt::format("unknown algorithm '{}'", name));
+      if (!tuning.model) throw bad("a 'line' needs a 'model' line before it");
+      std::copy(t, t + CostModel::kCalibrationPoints, tuning.model->measured[static_cast<int>(*v)]);
+      tuning.model->calibrated = true;
     } else if (kind == "best") {
       TuningEntry e;
       std::string name;
@@ -140,6 +163,13 @@ void write_tuning(const std::string& path, const Tuning& tuning) {
   if (tuning.model)
     out << fmt::format("model {:.6g} {:.6g} {:.6g} {:.6g}\n", tuning.model->alpha,
                        tuning.model->beta, tuning.model->gamma, tuning.model->overhead);
+  if (tuning.model && tuning.model->calibrated)
+    for (int v = 0; v < kVariantCount; ++v)
+    {
+      out << "line " << kVariantNames[v];
+      for (double x : tuning.model->measured[v]) out << fmt::format(" {:.6g}", x);
+      out << "\n";
+    }
   for (const auto& e : tuning.entries)
     out << fmt::format("best {} {} {}\n", e.ranks, e.max_bytes, to_string(e.variant));
   if (!out)
@@ -186,56 +216,66 @@ double median(std::vector<double> v) {
 }
 }  // namespace
 
-CostModel probe_cost_model(const Collective& c) {
+CostModel probe_cost_model(const Collective& c, bool calibrate) {
   transport::Transport& t = c.transport;
   const int r = t.rank(), p = t.size();
   CostModel model;
   if (p == 1) return model;
-  if (r <= 1) {
-    const int peer = 1 - r;
-    std::vector<std::byte> buf(1 << 20);
-    // Half a round trip of `bytes`, median of `iters` after two warm-ups.
-    auto half_round_trip = [&](std::size_t bytes, int iters, unsigned step) {
-      std::vector<double> samples;
-      for (int i = 0; i < iters + 2; ++i) {
-        const auto tag = c.message_tag(0, step, static_cast<unsigned>(i));
-        const auto start = transport::Clock::now();
-        if (r == 0) {
-          c.wait(*t.isend(peer, tag, buf.data(), bytes));
-          c.wait(*t.irecv(peer, tag, buf.data(), bytes));
-        } else {
-          c.wait(*t.irecv(peer, tag, buf.data(), bytes));
-          c.wait(*t.isend(peer, tag, buf.data(), bytes));
-        }
-        if (i >= 2)
-          samples.push_back(
-              std::chrono::duration<double>(transport::Clock::now() - start).count() / 2);
-      }
-      return median(samples);
-    };
-    model.alpha = half_round_trip(8, 30, 0);
-    const double large = half_round_trip(buf.size(), 6, 1);
-    model.beta = std::max(0.0, large - model.alpha) / static_cast<double>(buf.size());
-    // overhead: what each further message of a burst adds (8 at once, then
-    // the reply), the cost of a step that talks to many peers.
-    std::vector<double> bursts;
-    constexpr int kBurst = 8;
-    for (int i = 0; i < 12; ++i) {
+  // Every rank takes part in every measured step, as in a real collective:
+  // with more ranks than cores, a step's cost includes waiting for peers to
+  // be scheduled, and the model should know.
+  std::vector<std::byte> out(1 << 20), in(4 << 20);
+  unsigned step_number = 0;
+  // One step: this rank sends `messages` messages of `bytes` (to the next
+  // ranks in turn) and receives as many (from the previous ones); the
+  // median time of `iters` steps after two warm-ups.
+  auto step = [&](std::size_t bytes, int messages, int iters) {
+    std::vector<double> samples;
+    for (int i = 0; i < iters + 2; ++i, ++step_number) {
       std::vector<transport::RequestPtr> reqs;
       const auto start = transport::Clock::now();
-      for (int k = 0; k < kBurst; ++k) {
-        const auto tag = c.message_tag(0, 2, static_cast<unsigned>(i * kBurst + k));
-        reqs.push_back(r == 0 ? t.isend(peer, tag, buf.data() + 8 * k, 8)
-                              : t.irecv(peer, tag, buf.data() + 8 * k, 8));
+      for (int k = 0; k < messages; ++k) {
+        const int reach = 1 + k % (p - 1);
+        const auto tag = c.message_tag(0, step_number % kMaxSteps, static_cast<unsigned>(k));
+        reqs.push_back(t.irecv((r - reach + p) % p, tag, in.data() + (k % 4) * bytes, bytes));
+        reqs.push_back(t.isend((r + reach) % p, tag, out.data(), bytes));
       }
       c.wait_all(reqs);
-      const auto reply = c.message_tag(0, 3, static_cast<unsigned>(i));
-      if (r == 0) c.wait(*t.irecv(peer, reply, buf.data(), 8));
-      else c.wait(*t.isend(peer, reply, buf.data(), 8));
-      if (i >= 2) bursts.push_back(std::chrono::duration<double>(transport::Clock::now() - start).count());
+      if (i >= 2) samples.push_back(std::chrono::duration<double>(transport::Clock::now() - start).count());
     }
-    // A burst and its reply: 2 alpha + (kBurst - 1) overheads.
-    model.overhead = std::max(0.0, (median(bursts) - 2 * model.alpha) / (kBurst - 1));
+    return median(samples);
+  };
+  constexpr int kFanout = 4;
+  const double one = step(8, 1, 30);
+  const double many = step(8, kFanout, 30);
+  const double large = step(out.size(), 1, 6);
+  model.alpha = one;
+  model.overhead = std::max(0.0, (many - one) / (kFanout - 1));
+  model.beta = std::max(0.0, large - one) / static_cast<double>(out.size());
+  if (calibrate) {
+    // Every variant at a small and a large size, float32 sum, on separate
+    // sequence numbers (the probe's own, far from the first calls').
+    std::uint32_t sequence = 0xF000;
+    // The variants take turns call by call, so that a burst of noise (a rank
+    // descheduled) falls on all of them alike, and each keeps its fastest
+    // call: noise only ever adds time, so the minimum is the stable figure.
+    constexpr int kCalls[CostModel::kCalibrationPoints] = {20, 20, 10, 5, 3};
+    for (int size = 0; size < CostModel::kCalibrationPoints; ++size) {
+      const std::size_t count = CostModel::kCalibrationBytes[size] / sizeof(float);
+      std::vector<std::vector<double>> samples(kVariantCount);
+      for (int call = 0; call <= kCalls[size]; ++call)
+        for (int v = 0; v < kVariantCount; ++v) {
+          const Collective one{t, sequence++, c.deadline, nullptr, c.abort_requested, c.scratch};
+          const auto start = transport::Clock::now();
+          allreduce_function(static_cast<Variant>(v))(one, out.data(), in.data(), count,
+                                                      DataType::float32, ReduceOp::sum);
+          if (call > 0)  // the first is a warm-up
+            samples[v].push_back(std::chrono::duration<double>(transport::Clock::now() - start).count());
+        }
+      for (int v = 0; v < kVariantCount; ++v)
+        model.measured[v][size] = *std::min_element(samples[v].begin(), samples[v].end());
+    }
+    model.calibrated = true;
   }
   if (r == 0) {
     // gamma: c = a + b on float32, the reduction every algorithm runs.

@@ -50,8 +50,20 @@ AllreduceFunction allreduce_function(Variant v) noexcept;
 struct CostModel {
   double alpha = 0, beta = 0, gamma = 0;
   double overhead = 0;  // seconds each further message of one step adds
+  // Each variant timed by the probe at kCalibrationBytes; between them the
+  // time is taken as linear in the size (beyond the last, with the last
+  // slope): alpha-beta-gamma terms with this machine's and this
+  // implementation's constants, which the formulas cannot know (what a step
+  // costs when ranks outnumber cores, how well a variant pipelines). When
+  // present they decide; the formulas are the fallback.
+  static constexpr int kCalibrationPoints = 5;
+  static constexpr std::size_t kCalibrationBytes[kCalibrationPoints] = {8, 1 << 10, 16 << 10,
+                                                                        128 << 10, 1 << 20};
+  bool calibrated = false;
+  double measured[kVariantCount][kCalibrationPoints] = {};  // seconds at kCalibrationBytes
 };
-// Predicted seconds for `bytes` over `ranks` ranks.
+// Predicted seconds for `bytes` over `ranks` ranks: the measured line when
+// the model is calibrated, else the alpha-beta-gamma formula.
 double predicted_seconds(Variant v, const CostModel& model, std::size_t bytes, int ranks);
 
 // Measured best choices: for `ranks` ranks and sizes up to `max_bytes`.
@@ -66,6 +78,7 @@ struct Tuning {
 };
 // The tuning file format, one record per line ('#' starts a comment):
 //   model <alpha s> <beta s/byte> <gamma s/byte> <overhead s>
+//   line <variant name> <seconds at each of CostModel::kCalibrationBytes>
 //   best <ranks> <max bytes> <variant name>
 // Throws chorus::Error naming the file, line and problem.
 Tuning read_tuning(const std::string& path);
@@ -90,9 +103,12 @@ class Selector {
   Tuning tuning_;
 };
 
-// Measures alpha and beta by ping-pong between ranks 0 and 1 and gamma by
-// reducing on rank 0, and gives every rank rank 0's numbers, so that all
-// ranks decide alike. Collective: every rank calls it with the same `c`.
-CostModel probe_cost_model(const Collective& c);
+// Measures alpha, overhead and beta with steps in which every rank sends and
+// receives at once, gamma by reducing, and then times every variant at two
+// sizes (a few milliseconds in all); every rank gets rank 0's numbers, so
+// that all ranks decide alike. Collective: every rank calls it with the same
+// `c`. Without `calibrate`, only the formula constants are measured.
+CostModel probe_cost_model(const Collective& c, bool calibrate = true);
+
 
 }  // namespace chorus::coll
