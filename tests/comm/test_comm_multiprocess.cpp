@@ -71,14 +71,23 @@ TEST_P(CommMultiProcess, KilledPeerFailsSurvivorsWithinFiveSeconds) {
   ASSERT_EQ(results[victim].signal, SIGKILL) << testing::describe(results);
   const long long died = number_after(results[victim].output, "dying_at_ms");
   ASSERT_GT(died, 0) << testing::describe(results);
+  int naming_the_victim = 0;
   for (int r = 0; r < victim; ++r) {
     const auto& out = results[static_cast<std::size_t>(r)];
     EXPECT_EQ(out.exit_code, 0) << testing::describe(results);
     const long long failed = number_after(out.output, "failed_at_ms");
     EXPECT_GT(failed, 0) << testing::describe(results);
     EXPECT_LE(failed - died, 5000) << "rank " << r << "\n" << testing::describe(results);
-    EXPECT_NE(out.output.find("rank " + std::to_string(victim)), std::string::npos)
-        << "the error does not name the dead rank\n" << testing::describe(results);
+    EXPECT_NE(out.output.find("error (peer failure)"), std::string::npos) << testing::describe(results);
+    naming_the_victim += out.output.find("rank " + std::to_string(victim)) != std::string::npos;
+  }
+  // Over TCP a survivor that gives up first tells the others why (its abort
+  // reason names the victim). Over UCX that notice races with the survivor's
+  // own exit, so a later survivor may only see that the first one left.
+  if (GetParam().transport == "tcp") {
+    EXPECT_EQ(naming_the_victim, victim) << testing::describe(results);
+  } else {
+    EXPECT_GE(naming_the_victim, 1) << testing::describe(results);
   }
 }
 

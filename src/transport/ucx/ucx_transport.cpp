@@ -51,6 +51,17 @@ struct UcxTransport::State {
   std::vector<std::unique_ptr<std::pair<State*, int>>> handler_args;
   std::size_t completions = 0;  // bumped by callbacks, read by progress()
 
+  // Abort notices: a peer that aborts sends its reason under a control tag
+  // (every source bit set, which no rank has) before it goes, so that
+  // survivors can say why instead of "connection reset". One receive for
+  // them is always posted; arrived notices are handled after progress.
+  static constexpr std::size_t kNoticeBytes = 1024;
+  char notice[kNoticeBytes] = {};
+  void* notice_request = nullptr;
+  bool notice_posted = false;  // a notice receive is waiting (notice_request may lag)
+  std::vector<std::pair<int, std::string>> notices;  // (rank, reason) not yet handled
+  std::string abort_text;                            // what this rank sends when it aborts
+
   // Sends and receives UCX still holds, in a list threaded through the
   // records themselves; records are recycled, so a message costs no
   // allocation beyond its Request.
@@ -150,6 +161,49 @@ void on_receive(void* ucx_request, ucs_status_t status, const ucp_tag_recv_info_
   p->state->finish(p, status, info ? info->length : 0);
 }
 
+constexpr ucp_tag_t kNoticeSource = (ucp_tag_t{1} << (64 - kRankShift)) - 1;
+constexpr ucp_tag_t kNoticeTag = kNoticeSource << kRankShift;  // | sender rank
+
+void post_notice_receive(UcxTransport::State& s);
+
+void on_notice(void* ucx_request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user) {
+  auto& s = *static_cast<UcxTransport::State*>(user);
+  ucp_request_free(ucx_request);
+  s.notice_request = nullptr;
+  s.notice_posted = false;
+  if (status != UCS_OK || info == nullptr) return;  // cancelled at close
+  const auto sender = static_cast<int>(info->sender_tag & ((ucp_tag_t{1} << kRankShift) - 1));
+  s.notices.emplace_back(sender, std::string(s.notice, std::min(info->length, s.kNoticeBytes)));
+  ++s.completions;
+}
+
+void post_notice_receive(UcxTransport::State& s) {
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                       UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  param.cb.recv = on_notice;
+  param.user_data = &s;
+  s.notice_posted = true;
+  void* r = ucp_tag_recv_nbx(s.worker, s.notice, s.kNoticeBytes, kNoticeTag,
+                             kNoticeSource << kRankShift, &param);
+  if (UCS_PTR_IS_ERR(r)) {
+    s.notice_posted = false;  // no notices then; failures are still seen by keepalive
+  } else if (s.notice_posted) {
+    s.notice_request = r;
+  }  // else it completed inside the call: on_notice freed it
+}
+
+// Fails the peers whose abort notices arrived, with their reasons, and
+// waits for the next notice.
+void handle_notices(UcxTransport::State& s) {
+  auto notices = std::move(s.notices);
+  s.notices.clear();
+  for (auto& [peer, reason] : notices)
+    if (peer >= 0 && peer < static_cast<int>(s.peers.size()))
+      s.fail_peer(peer, fmt::format("rank {} aborted: {}", peer, reason));
+  if (!s.notice_posted) post_notice_receive(s);
+}
+
 void on_endpoint_error(void* arg, ucp_ep_h, ucs_status_t status) {
   auto* a = static_cast<std::pair<UcxTransport::State*, int>*>(arg);
   a->first->fail_peer(a->second, fmt::format("connection to rank {} failed ({}): it died or left",
@@ -200,6 +254,7 @@ UcxTransport::~UcxTransport() {
   for (Pending* p = s.inflight; p; p = p->next)
     if (p->ucx && !p->request->is_send()) to_cancel.push_back(p->ucx);
   for (void* handle : to_cancel) ucp_request_cancel(s.worker, handle);
+  if (s.notice_request) ucp_request_cancel(s.worker, s.notice_request);
   for (ucp_ep_h ep : s.endpoints) {
     if (!ep) continue;
     ucp_request_param_t param{};
@@ -250,6 +305,7 @@ void UcxTransport::connect(std::span<const AddressBlob> addresses, Deadline) {
     if (st != UCS_OK)
       throw ucx_error(fmt::format("endpoint to rank {} (is its address a UCX address?)", r), st);
   }
+  post_notice_receive(s);
 }
 
 RequestPtr UcxTransport::isend(int peer, Tag tag, const void* buf, std::size_t bytes) {
@@ -313,6 +369,7 @@ bool UcxTransport::progress() {
   State& s = *state_;
   const std::size_t before = s.completions;
   const unsigned n = ucp_worker_progress(s.worker);
+  if (!s.notices.empty()) handle_notices(s);
   return n > 0 || s.completions != before;
 }
 
@@ -331,6 +388,25 @@ void UcxTransport::wait_for_activity(Deadline until) {
 
 void UcxTransport::abort(const std::string& reason) {
   State& s = *state_;
+  // Tell every live peer why, best effort and briefly: a notice is small and
+  // goes eagerly; a peer that cannot take it is gone anyway.
+  s.abort_text = reason.substr(0, s.kNoticeBytes);
+  std::vector<void*> sent;
+  for (int r = 0; r < size(); ++r) {
+    if (r == rank() || s.endpoints.empty() || s.peers[static_cast<std::size_t>(r)].dead) continue;
+    ucp_request_param_t param{};
+    void* req = ucp_tag_send_nbx(s.endpoints[static_cast<std::size_t>(r)], s.abort_text.data(),
+                                 s.abort_text.size(),
+                                 kNoticeTag | static_cast<ucp_tag_t>(rank()), &param);
+    if (UCS_PTR_IS_PTR(req)) sent.push_back(req);
+  }
+  const auto until = Clock::now() + std::chrono::milliseconds(200);
+  for (void* req : sent) {
+    while (ucp_request_check_status(req) == UCS_INPROGRESS && Clock::now() < until)
+      ucp_worker_progress(s.worker);
+    if (ucp_request_check_status(req) == UCS_INPROGRESS) ucp_request_cancel(s.worker, req);
+    ucp_request_free(req);
+  }
   for (int r = 0; r < size(); ++r)
     s.fail_peer(r, fmt::format("rank {} aborted: {}", rank(), reason));
   for (int i = 0; i < 100; ++i) ucp_worker_progress(s.worker);
