@@ -69,6 +69,7 @@ struct Communicator::Impl {
   double timeout_seconds;
   Algorithm algorithm;  // the communicator's default, CHORUS_ALGO applied
   bool forced_by_env = false;  // CHORUS_ALGO named an algorithm: calls cannot override it
+  bool check_calls = true;     // CHORUS_CHECK: run the call check beside every call
   std::unique_ptr<coll::Selector> selector;
 
   // Order: sequence numbers are handed out under submit_mutex, in call
