@@ -224,7 +224,7 @@ CostModel probe_cost_model(const Collective& c, bool calibrate) {
   // Every rank takes part in every measured step, as in a real collective:
   // with more ranks than cores, a step's cost includes waiting for peers to
   // be scheduled, and the model should know.
-  std::vector<std::byte> out(1 << 20), in(4 << 20);
+  std::vector<std::byte> out(2 << 20), in(4 << 20);
   unsigned step_number = 0;
   // One step: this rank sends `messages` messages of `bytes` (to the next
   // ranks in turn) and receives as many (from the previous ones); the
@@ -248,18 +248,19 @@ CostModel probe_cost_model(const Collective& c, bool calibrate) {
   constexpr int kFanout = 4;
   const double one = step(8, 1, 30);
   const double many = step(8, kFanout, 30);
-  const double large = step(out.size(), 1, 6);
+  const double large = step(1 << 20, 1, 6);
   model.alpha = one;
   model.overhead = std::max(0.0, (many - one) / (kFanout - 1));
-  model.beta = std::max(0.0, large - one) / static_cast<double>(out.size());
+  model.beta = std::max(0.0, large - one) / static_cast<double>(1 << 20);
   if (calibrate) {
     // Every variant at a small and a large size, float32 sum, on separate
     // sequence numbers (the probe's own, far from the first calls').
     std::uint32_t sequence = 0xF000;
     // The variants take turns call by call, so that a burst of noise (a rank
-    // descheduled) falls on all of them alike, and each keeps its fastest
-    // call: noise only ever adds time, so the minimum is the stable figure.
-    constexpr int kCalls[CostModel::kCalibrationPoints] = {20, 20, 10, 5, 3};
+    // descheduled) falls on all of them alike, and each keeps the median of
+    // its calls (the fastest call flatters a variant whose steps are only
+    // sometimes lucky in the scheduler when ranks outnumber cores).
+    constexpr int kCalls[CostModel::kCalibrationPoints] = {15, 15, 15, 15, 11, 11, 9, 5, 3, 3};
     for (int size = 0; size < CostModel::kCalibrationPoints; ++size) {
       const std::size_t count = CostModel::kCalibrationBytes[size] / sizeof(float);
       std::vector<std::vector<double>> samples(kVariantCount);
@@ -272,8 +273,7 @@ CostModel probe_cost_model(const Collective& c, bool calibrate) {
           if (call > 0)  // the first is a warm-up
             samples[v].push_back(std::chrono::duration<double>(transport::Clock::now() - start).count());
         }
-      for (int v = 0; v < kVariantCount; ++v)
-        model.measured[v][size] = *std::min_element(samples[v].begin(), samples[v].end());
+      for (int v = 0; v < kVariantCount; ++v) model.measured[v][size] = median(samples[v]);
     }
     model.calibrated = true;
   }

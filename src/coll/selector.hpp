@@ -56,9 +56,9 @@ struct CostModel {
   // implementation's constants, which the formulas cannot know (what a step
   // costs when ranks outnumber cores, how well a variant pipelines). When
   // present they decide; the formulas are the fallback.
-  static constexpr int kCalibrationPoints = 5;
-  static constexpr std::size_t kCalibrationBytes[kCalibrationPoints] = {8, 1 << 10, 16 << 10,
-                                                                        128 << 10, 1 << 20};
+  static constexpr int kCalibrationPoints = 10;  // 8 B to 2 MiB, by factors of 4
+  static constexpr std::size_t kCalibrationBytes[kCalibrationPoints] = {
+      8, 32, 128, 512, 2 << 10, 8 << 10, 32 << 10, 128 << 10, 512 << 10, 2 << 20};
   bool calibrated = false;
   double measured[kVariantCount][kCalibrationPoints] = {};  // seconds at kCalibrationBytes
 };
