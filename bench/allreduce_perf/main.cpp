@@ -239,6 +239,13 @@ class Runner {
     for (Algorithm a : o_.algorithms)
       for (std::size_t bytes : {o_.max_bytes, o_.min_bytes})
         for (int i = 0; i < o_.warmup_iters; ++i) call(bytes / esize, type, op, false, a);
+#if defined(CHORUS_PERF_WITH_MPI)
+    if (o_.mpi && mpi_type(type) != MPI_DATATYPE_NULL && mpi_op(op) != MPI_OP_NULL)
+      for (std::size_t bytes : {o_.max_bytes, o_.min_bytes})
+        for (int i = 0; i < o_.warmup_iters; ++i)
+          MPI_Allreduce(send_->data(), recv_->data(), static_cast<int>(bytes / esize), mpi_type(type),
+                        mpi_op(op), MPI_COMM_WORLD);
+#endif
     for (std::size_t size : o_.sizes()) {
       const std::size_t count = size / esize;
       for (Algorithm a : o_.algorithms) {
