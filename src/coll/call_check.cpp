@@ -102,7 +102,9 @@ void CallCheck::throw_if_mismatched() const {
 void CallCheck::finish(transport::Deadline deadline) {
   transport::Transport& t = collective_.transport;
   while (round_ < rounds_) {
-    t.wait(*receive_, deadline, [this] { poll(); });
+    // poll() replaces receive_ when a round ends: hold this round's request.
+    const transport::RequestPtr current = receive_;
+    t.wait(*current, deadline, [this] { poll(); });
     poll();
   }
   for (const auto& s : sends_) t.wait(*s, deadline);

@@ -225,6 +225,13 @@ CostModel probe_cost_model(const Collective& c, bool calibrate) {
   // with more ranks than cores, a step's cost includes waiting for peers to
   // be scheduled, and the model should know.
   std::vector<std::byte> out(2 << 20), in(4 << 20);
+  // Each step and call gets the whole timeout of its own, as every call of
+  // a communicator does: the probe is many of them.
+  const auto budget = c.deadline - transport::Clock::now();
+  auto fresh = [&](std::uint32_t sequence) {
+    return Collective{t, sequence, transport::Clock::now() + budget, nullptr, c.abort_requested,
+                      c.scratch};
+  };
   unsigned step_number = 0;
   // One step: this rank sends `messages` messages of `bytes` (to the next
   // ranks in turn) and receives as many (from the previous ones); the
@@ -233,14 +240,15 @@ CostModel probe_cost_model(const Collective& c, bool calibrate) {
     std::vector<double> samples;
     for (int i = 0; i < iters + 2; ++i, ++step_number) {
       std::vector<transport::RequestPtr> reqs;
+      const Collective sc = fresh(c.sequence);
       const auto start = transport::Clock::now();
       for (int k = 0; k < messages; ++k) {
         const int reach = 1 + k % (p - 1);
-        const auto tag = c.message_tag(0, step_number % kMaxSteps, static_cast<unsigned>(k));
+        const auto tag = sc.message_tag(0, step_number % kMaxSteps, static_cast<unsigned>(k));
         reqs.push_back(t.irecv((r - reach + p) % p, tag, in.data() + (k % 4) * bytes, bytes));
         reqs.push_back(t.isend((r + reach) % p, tag, out.data(), bytes));
       }
-      c.wait_all(reqs);
+      sc.wait_all(reqs);
       if (i >= 2) samples.push_back(std::chrono::duration<double>(transport::Clock::now() - start).count());
     }
     return median(samples);
@@ -266,7 +274,7 @@ CostModel probe_cost_model(const Collective& c, bool calibrate) {
       std::vector<std::vector<double>> samples(kVariantCount);
       for (int call = 0; call <= kCalls[size]; ++call)
         for (int v = 0; v < kVariantCount; ++v) {
-          const Collective one{t, sequence++, c.deadline, nullptr, c.abort_requested, c.scratch};
+          const Collective one = fresh(sequence++);
           const auto start = transport::Clock::now();
           allreduce_function(static_cast<Variant>(v))(one, out.data(), in.data(), count,
                                                       DataType::float32, ReduceOp::sum);
@@ -290,15 +298,16 @@ CostModel probe_cost_model(const Collective& c, bool calibrate) {
     model.gamma = median(samples) / static_cast<double>(count * sizeof(float));
     std::vector<transport::RequestPtr> sends;
     for (int q = 1; q < p; ++q) sends.push_back(t.isend(q, c.message_tag(1, 0, 0), &model, sizeof model));
-    c.wait_all(sends);
+    fresh(c.sequence).wait_all(sends);
   } else {
     auto received = t.irecv(0, c.message_tag(1, 0, 0), &model, sizeof model);
-    c.wait(*received);
+    const Collective last = fresh(c.sequence);
+    last.wait(*received);
     bool sane = received->received_bytes() == sizeof model;
     for (double x : {model.alpha, model.beta, model.gamma, model.overhead})
       sane = sane && std::isfinite(x) && x >= 0;
     if (!sane)
-      c.fail(Error(ErrorCode::peer_failure,
+      last.fail(Error(ErrorCode::peer_failure,
                    fmt::format("rank {}: the cost model from rank 0 is malformed", r)));
   }
   return model;

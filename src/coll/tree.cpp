@@ -130,16 +130,17 @@ class TreeRun {
     return moved;
   }
 
-  // A request this tree is waiting for, when it can do nothing else.
-  const transport::Request* blocker() const {
+  // A request this tree is waiting for, when it can do nothing else. Shared:
+  // advance() may replace it in its slot while the caller still waits on it.
+  transport::RequestPtr blocker() const {
     if (up_done_ < segments_)
       for (std::size_t k = 0; k < links_.children.size(); ++k)
-        if (const auto& r = child_recv_[slot(k, up_done_)]; r && !r->done()) return r.get();
-    if (down_done_ < down_posted_) return down_recv_[down_done_].get();
+        if (const auto& r = child_recv_[slot(k, up_done_)]; r && !r->done()) return r;
+    if (down_done_ < down_posted_) return down_recv_[down_done_];
     for (const auto& s : up_sends_)
-      if (s && !s->done()) return s.get();
+      if (s && !s->done()) return s;
     for (const auto& s : down_sends_)
-      if (!s->done()) return s.get();
+      if (!s->done()) return s;
     return nullptr;
   }
 
@@ -203,7 +204,7 @@ void tree_allreduce(const Collective& c, const void* send, void* recv, std::size
   auto advance_both = [&] { return trees[0].advance() | trees[1].advance(); };
   bool looked_twice = false;
   while (!trees[0].done() || !trees[1].done()) {
-    const transport::Request* blocker = nullptr;
+    transport::RequestPtr blocker;
     try {
       if (advance_both()) {
         looked_twice = false;
