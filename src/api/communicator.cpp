@@ -220,11 +220,13 @@ std::string Communicator::Impl::describe(const Call& call) const {
                      coll::describe(call.signature, to_string(call.variant)));
 }
 
-void Communicator::Impl::throw_poisoned() const {
+Error Communicator::Impl::poisoned_error() const {
   std::lock_guard lock(error_mutex);
-  throw Error(first_error->code(),
-              "the communicator is unusable after an earlier error: " + std::string(first_error->what()));
+  return Error(first_error->code(), "the communicator is unusable after an earlier error: " +
+                                        std::string(first_error->what()));
 }
+
+void Communicator::Impl::throw_poisoned() const { throw poisoned_error(); }
 
 void Communicator::Impl::run(const Call& call) {
   std::lock_guard run_lock(run_mutex);
@@ -292,9 +294,7 @@ Work Communicator::Impl::allreduce_async(const Call& prepared) {
   auto state = std::make_shared<Work::State>();
   std::lock_guard submit(submit_mutex);
   if (poisoned.load()) {
-    std::lock_guard lock(error_mutex);
-    state->finish(Error(first_error->code(), "the communicator is unusable after an earlier error: " +
-                                                 std::string(first_error->what())));
+    state->finish(poisoned_error());
     return Work(state);
   }
   Call call = prepared;

@@ -59,6 +59,7 @@ struct Communicator::Impl {
 
   // Runs one call on the transport; throws (and poisons) on error.
   void run(const Call& call);
+  Error poisoned_error() const;  // "unusable after an earlier error: <the first>"
   [[noreturn]] void throw_poisoned() const;
   void worker_loop();
   void wait_for_queue_drain(std::unique_lock<std::mutex>& queue_lock);
