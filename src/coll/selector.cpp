@@ -216,7 +216,7 @@ double median(std::vector<double> v) {
 }
 }  // namespace
 
-CostModel probe_cost_model(const Collective& c, bool calibrate) {
+CostModel probe_cost_model(const Collective& c) {
   transport::Transport& t = c.transport;
   const int r = t.rank(), p = t.size();
   CostModel model;
@@ -260,31 +260,29 @@ CostModel probe_cost_model(const Collective& c, bool calibrate) {
   model.alpha = one;
   model.overhead = std::max(0.0, (many - one) / (kFanout - 1));
   model.beta = std::max(0.0, large - one) / static_cast<double>(1 << 20);
-  if (calibrate) {
-    // Every variant at a small and a large size, float32 sum, on separate
-    // sequence numbers (the probe's own, far from the first calls').
-    std::uint32_t sequence = 0xF000;
-    // The variants take turns call by call, so that a burst of noise (a rank
-    // descheduled) falls on all of them alike, and each keeps the median of
-    // its calls (the fastest call flatters a variant whose steps are only
-    // sometimes lucky in the scheduler when ranks outnumber cores).
-    constexpr int kCalls[CostModel::kCalibrationPoints] = {15, 15, 15, 15, 11, 11, 9, 5, 3, 3};
-    for (int size = 0; size < CostModel::kCalibrationPoints; ++size) {
-      const std::size_t count = CostModel::kCalibrationBytes[size] / sizeof(float);
-      std::vector<std::vector<double>> samples(kVariantCount);
-      for (int call = 0; call <= kCalls[size]; ++call)
-        for (int v = 0; v < kVariantCount; ++v) {
-          const Collective one = fresh(sequence++);
-          const auto start = transport::Clock::now();
-          allreduce_function(static_cast<Variant>(v))(one, out.data(), in.data(), count,
-                                                      DataType::float32, ReduceOp::sum);
-          if (call > 0)  // the first is a warm-up
-            samples[v].push_back(std::chrono::duration<double>(transport::Clock::now() - start).count());
-        }
-      for (int v = 0; v < kVariantCount; ++v) model.measured[v][size] = median(samples[v]);
-    }
-    model.calibrated = true;
+  // Every variant at every calibration size, float32 sum, on sequence
+  // numbers of the probe's own, far from the first calls'.
+  std::uint32_t sequence = 0xF000;
+  // The variants take turns call by call, so that a burst of noise (a rank
+  // descheduled) falls on all of them alike, and each keeps the median of
+  // its calls (the fastest call flatters a variant whose steps are only
+  // sometimes lucky in the scheduler when ranks outnumber cores).
+  constexpr int kCalls[CostModel::kCalibrationPoints] = {15, 15, 15, 15, 11, 11, 9, 5, 3, 3};
+  for (int size = 0; size < CostModel::kCalibrationPoints; ++size) {
+    const std::size_t count = CostModel::kCalibrationBytes[size] / sizeof(float);
+    std::vector<std::vector<double>> samples(kVariantCount);
+    for (int call = 0; call <= kCalls[size]; ++call)
+      for (int v = 0; v < kVariantCount; ++v) {
+        const Collective one = fresh(sequence++);
+        const auto start = transport::Clock::now();
+        allreduce_function(static_cast<Variant>(v))(one, out.data(), in.data(), count,
+                                                    DataType::float32, ReduceOp::sum);
+        if (call > 0)  // the first is a warm-up
+          samples[v].push_back(std::chrono::duration<double>(transport::Clock::now() - start).count());
+      }
+    for (int v = 0; v < kVariantCount; ++v) model.measured[v][size] = median(samples[v]);
   }
+  model.calibrated = true;
   if (r == 0) {
     // gamma: c = a + b on float32, the reduction every algorithm runs.
     const std::size_t count = 256 * 1024;

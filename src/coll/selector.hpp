@@ -3,14 +3,15 @@
 //
 // A variant is what actually runs; the public Algorithm "direct" has two
 // (one-shot and two-shot), chosen by cost like everything else. The model:
-//   alpha  seconds per message (latency and per-message overhead)
+//   alpha  seconds per step (one message each way, latency and overhead)
 //   beta   seconds per byte moved between two ranks
 //   gamma  seconds per byte reduced
 //   overhead  seconds each further message sent in the same step adds
 //          (messages of one step overlap: a step costs alpha, not alpha
 //          per message)
-// measured at communicator creation by probe_cost_model() or read from a
-// tuning file (CHORUS_TUNING_FILE, written by allreduce_perf --tune). A
+// measured at communicator creation by probe_cost_model(), which also times
+// each variant (CostModel::measured; those times decide when present), or
+// read from a tuning file (CHORUS_TUNING_FILE, written by allreduce_perf --tune). A
 // tuning file may also name the measured-best algorithm per rank count and
 // size; such an entry wins over the model.
 #pragma once
@@ -104,11 +105,11 @@ class Selector {
 };
 
 // Measures alpha, overhead and beta with steps in which every rank sends and
-// receives at once, gamma by reducing, and then times every variant at two
-// sizes (a few milliseconds in all); every rank gets rank 0's numbers, so
+// receives at once, gamma by reducing, and then times every variant at
+// CostModel::kCalibrationBytes (0.1-0.3 s in all); every rank gets rank 0's numbers, so
 // that all ranks decide alike. Collective: every rank calls it with the same
-// `c`. Without `calibrate`, only the formula constants are measured.
-CostModel probe_cost_model(const Collective& c, bool calibrate = true);
+// `c`.
+CostModel probe_cost_model(const Collective& c);
 
 
 }  // namespace chorus::coll
