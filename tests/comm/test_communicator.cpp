@@ -1,6 +1,7 @@
 // The Communicator over in-process ranks: every algorithm through the public
 // API, the selector, counters, async work in order, argument checks, and the
 // failure rules (mismatch, poisoning, abort, deadline).
+#include "common/logging.hpp"
 #include "local_ranks.hpp"
 
 #include <chorus/chorus.hpp>
@@ -8,6 +9,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <mutex>
 #include <numeric>
 
 namespace chorus {
@@ -211,6 +214,49 @@ TEST(Mismatch, SameSizeButDifferentTypeOrOpIsCaught) {
     comm.allreduce(std::span<float>(v), ReduceOp::sum, {comm.rank() == 0 ? Algorithm::ring : Algorithm::tree});
   });
   expect_mismatch(algorithm, "sum, ring)", "sum, tree)");
+}
+
+TEST(Mismatch, ChorusCheckZeroTurnsTheCheckOffAndOtherValuesAreRefused) {
+  // Without the check a same-size dtype mismatch is not caught: the risk
+  // CHORUS_CHECK=0 documents.
+  setenv("CHORUS_CHECK", "0", 1);
+  const auto unchecked = run_ranks(2, [](Communicator& comm) {
+    std::vector<std::int32_t> v(100, 1);
+    comm.allreduce(v.data(), v.data(), v.size(), comm.rank() == 1 ? DataType::float32 : DataType::int32,
+                   ReduceOp::max, {Algorithm::ring});
+  });
+  setenv("CHORUS_CHECK", "maybe", 1);
+  const auto refused = run_ranks(1, [](Communicator&) {});
+  unsetenv("CHORUS_CHECK");
+  expect_all_ok(unchecked);
+  ASSERT_TRUE(refused[0].failed);
+  EXPECT_EQ(refused[0].code, ErrorCode::invalid_argument);
+  EXPECT_EQ(refused[0].message, "CHORUS_CHECK='maybe' is not 0 or 1");
+}
+
+TEST(Communicator, DebugInfoLogsEachNewDecisionWithItsPrediction) {
+  std::mutex mutex;
+  std::vector<std::string> lines;
+  const log::Level before = log::threshold();
+  log::set_threshold(log::Level::info);
+  log::set_sink([&](std::string_view line) {
+    std::lock_guard lock(mutex);
+    lines.emplace_back(line);
+  });
+  const auto outcomes = run_ranks(2, [](Communicator& comm) {
+    std::vector<float> v(1000, 1.0f);
+    for (int i = 0; i < 3; ++i) comm.allreduce(std::span<float>(v), ReduceOp::sum, {Algorithm::ring});
+  });
+  log::set_sink(nullptr);
+  log::set_threshold(before);
+  expect_all_ok(outcomes);
+  int decisions = 0;
+  for (const auto& line : lines)
+    if (line.find("INFO allreduce of 4000 bytes on 2 ranks (size class 12): ring by forced, predicted") !=
+            std::string::npos &&
+        line.find("(others, us: tree ") != std::string::npos)
+      ++decisions;
+  EXPECT_EQ(decisions, 2) << "one line per rank for the first of three equal calls";
 }
 
 TEST(Failure, AnErrorPoisonsTheCommunicator) {

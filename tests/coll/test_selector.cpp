@@ -1,0 +1,127 @@
+// The selector: which variant a request gets, from the calibrated model,
+// the formulas, or a tuning file's records; and the tuning file format.
+#include "coll/selector.hpp"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+namespace chorus::coll {
+namespace {
+
+// A calibrated model in which `fast` costs 1 us at every size and every
+// other variant 2 us at 8 B rising to 1 ms at 2 MiB.
+CostModel calibrated_with(Variant fast) {
+  CostModel m;
+  m.calibrated = true;
+  for (int v = 0; v < kVariantCount; ++v)
+    for (int i = 0; i < CostModel::kCalibrationPoints; ++i)
+      m.measured[v][i] = v == static_cast<int>(fast)
+                             ? 1e-6
+                             : 2e-6 + 1e-3 * static_cast<double>(CostModel::kCalibrationBytes[i]) / (2 << 20);
+  return m;
+}
+
+std::string write_file(const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/selector_test.tune";
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(Selector, AutomaticTakesTheCheapestMeasuredVariant) {
+  const Selector s(calibrated_with(Variant::halving_doubling));
+  for (std::size_t bytes : {std::size_t{0}, std::size_t{8}, std::size_t{5000}, std::size_t{64} << 20}) {
+    const Choice c = s.choose(Algorithm::automatic, bytes, 4);
+    EXPECT_EQ(c.variant, Variant::halving_doubling) << bytes;
+    EXPECT_STREQ(c.reason, "cost model");
+  }
+}
+
+TEST(Selector, ForcedAlgorithmIsKeptAndDirectPicksOneOfItsTwo) {
+  const Selector s(calibrated_with(Variant::halving_doubling));
+  EXPECT_EQ(s.choose(Algorithm::ring, 100, 4).variant, Variant::ring);
+  EXPECT_STREQ(s.choose(Algorithm::ring, 100, 4).reason, "forced");
+  EXPECT_EQ(s.choose(Algorithm::tree, 100, 4).variant, Variant::tree);
+  // direct: whichever of its two costs less; a tie goes to two-shot (the tie order).
+  EXPECT_EQ(s.choose(Algorithm::direct, 100, 4).variant, Variant::direct_two_shot);
+  EXPECT_EQ(Selector(calibrated_with(Variant::direct_one_shot)).choose(Algorithm::direct, 100, 4).variant,
+            Variant::direct_one_shot);
+}
+
+TEST(Selector, MeasuredTimesAreInterpolatedBetweenCalibrationSizes) {
+  CostModel m = calibrated_with(Variant::ring);
+  const auto& at = CostModel::kCalibrationBytes;
+  const int tree = static_cast<int>(Variant::tree);
+  for (int i = 0; i < CostModel::kCalibrationPoints; ++i)
+    EXPECT_DOUBLE_EQ(predicted_seconds(Variant::tree, m, at[i], 4), m.measured[tree][i]);
+  const std::size_t mid = (at[3] + at[4]) / 2;
+  EXPECT_DOUBLE_EQ(predicted_seconds(Variant::tree, m, mid, 4), (m.measured[tree][3] + m.measured[tree][4]) / 2);
+  // Beyond the last size, the last slope goes on.
+  const double slope = (m.measured[tree][9] - m.measured[tree][8]) / static_cast<double>(at[9] - at[8]);
+  EXPECT_NEAR(predicted_seconds(Variant::tree, m, 2 * at[9], 4),
+              m.measured[tree][9] + slope * static_cast<double>(at[9]), 1e-12);
+}
+
+TEST(Selector, FormulasPriceLatencyAndBandwidthWhenNotCalibrated) {
+  CostModel m;
+  m.alpha = 1e-6;
+  m.beta = 1e-10;
+  m.gamma = 1e-10;
+  const Selector s(m);
+  // Tiny: one step (recursive doubling, or one-shot, its equal at p = 2).
+  const Variant tiny = s.choose(Algorithm::automatic, 8, 8).variant;
+  EXPECT_TRUE(tiny == Variant::recursive_doubling || tiny == Variant::direct_one_shot) << to_string(tiny);
+  // Huge on 8 ranks: a bandwidth-optimal variant, never a whole-buffer exchange.
+  const Variant huge = s.choose(Algorithm::automatic, std::size_t{1} << 30, 8).variant;
+  EXPECT_NE(huge, Variant::recursive_doubling);
+  EXPECT_NE(huge, Variant::direct_one_shot);
+  EXPECT_NE(huge, Variant::tree);
+}
+
+TEST(Selector, TuningFileBestRecordsWinForAutomaticOnlyAndRoundTrip) {
+  Tuning t;
+  t.model = calibrated_with(Variant::ring);
+  t.entries = {{4, 1024, Variant::recursive_doubling}, {4, 65536, Variant::tree}};
+  const std::string path = ::testing::TempDir() + "/roundtrip.tune";
+  write_tuning(path, t);
+  const Tuning back = read_tuning(path);
+  ASSERT_TRUE(back.model && back.model->calibrated);
+  EXPECT_NEAR(back.model->measured[2][3], t.model->measured[2][3], 1e-12);
+  ASSERT_EQ(back.entries.size(), 2u);
+  const Selector s(*back.model, back);
+  EXPECT_EQ(s.choose(Algorithm::automatic, 100, 4).variant, Variant::recursive_doubling);
+  EXPECT_STREQ(s.choose(Algorithm::automatic, 100, 4).reason, "tuning file");
+  EXPECT_EQ(s.choose(Algorithm::automatic, 5000, 4).variant, Variant::tree);
+  EXPECT_EQ(s.choose(Algorithm::automatic, 100000, 4).variant, Variant::ring);  // above every record
+  EXPECT_EQ(s.choose(Algorithm::automatic, 100, 8).variant, Variant::ring);     // another rank count
+  EXPECT_EQ(s.choose(Algorithm::halving_doubling, 100, 4).variant, Variant::halving_doubling);
+}
+
+TEST(Selector, BadTuningFilesNameFileLineAndProblem) {
+  auto error_of = [](const std::string& text) {
+    try {
+      read_tuning(write_file(text));
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of("best 4 100 butterfly\n").find("line 1: unknown algorithm 'butterfly'"), std::string::npos);
+  EXPECT_NE(error_of("# fine\nmodel 1 2\n").find("line 2: expected 'model <alpha> <beta> <gamma> <overhead>'"),
+            std::string::npos);
+  EXPECT_NE(error_of("line ring 1 2 3 4 5 6 7 8 9 10\n").find("a 'line' needs a 'model' line before it"),
+            std::string::npos);
+  EXPECT_NE(error_of("speed 9\n").find("unknown record 'speed'"), std::string::npos);
+  EXPECT_NE(error_of("best 4 100 ring extra\n").find("unexpected 'extra'"), std::string::npos);
+  EXPECT_NE(error_of("best 4 100 ring\n").find("no error"), std::string::npos);
+  try {
+    read_tuning("/nonexistent/chorus.tune");
+    FAIL() << "no error for a missing file";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/chorus.tune: cannot be read"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace chorus::coll
