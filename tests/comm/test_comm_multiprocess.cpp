@@ -81,14 +81,12 @@ TEST_P(CommMultiProcess, KilledPeerFailsSurvivorsWithinFiveSeconds) {
     EXPECT_NE(out.output.find("error (peer failure)"), std::string::npos) << testing::describe(results);
     naming_the_victim += out.output.find("rank " + std::to_string(victim)) != std::string::npos;
   }
-  // Over TCP a survivor that gives up first tells the others why (its abort
-  // reason names the victim). Over UCX that notice races with the survivor's
-  // own exit, so a later survivor may only see that the first one left.
-  if (GetParam().transport == "tcp") {
-    EXPECT_EQ(naming_the_victim, victim) << testing::describe(results);
-  } else {
-    EXPECT_GE(naming_the_victim, 1) << testing::describe(results);
-  }
+  // The survivor that notices first names the victim. It also tells the
+  // others why, best effort: over TCP its notice cannot go out on a socket
+  // whose send buffer is full or that is in the middle of a frame (the ring
+  // moves 16 MiB here), and over UCX it races with the survivor's own exit;
+  // a later survivor may then only see that the first one left.
+  EXPECT_GE(naming_the_victim, 1) << testing::describe(results);
 }
 
 TEST_P(CommMultiProcess, RankThatNeverCallsTimesOutNamingTheCall) {

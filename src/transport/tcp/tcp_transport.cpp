@@ -686,7 +686,11 @@ bool TcpTransport::write_to(Peer& peer) {
     const ssize_t n = ::sendmsg(peer.fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EAGAIN || errno == EINTR) break;
-      fail_peer(peer, fmt::format("sending to {} failed: {}", peer.where, net::errno_text(errno)));
+      const int send_errno = errno;
+      // A peer that aborted wrote why before it closed: read that first, so
+      // that the error names the cause rather than the broken pipe.
+      if (send_errno == EPIPE || send_errno == ECONNRESET) read_from(peer);
+      fail_peer(peer, fmt::format("sending to {} failed: {}", peer.where, net::errno_text(send_errno)));
       return true;
     }
     moved = true;
