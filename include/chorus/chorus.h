@@ -81,6 +81,17 @@ CHORUS_C_API chorus_result_t chorus_comm_init_from_env(chorus_comm_t* comm);
  * served by rank 0, or "file:///shared/dir"). Collective. */
 CHORUS_C_API chorus_result_t chorus_comm_init(chorus_comm_t* comm, int rank, int size,
                                               const char* store);
+/* Bootstraps through the caller's own collective (a framework's process
+ * group) instead of a store: every rank calls allgather(sendbuf, bytes,
+ * recvbuf, context) at the same time with the same `bytes`; it must fill
+ * recvbuf with size * bytes bytes, rank r's at r * bytes, and return 0 (any
+ * other value fails the init). Collective. For MPI, see chorus_mpi.h. */
+typedef int (*chorus_allgather_fn)(const void* sendbuf, size_t bytes, void* recvbuf,
+                                   void* context);
+CHORUS_C_API chorus_result_t chorus_comm_init_with_allgather(chorus_comm_t* comm, int rank,
+                                                             int size,
+                                                             chorus_allgather_fn allgather,
+                                                             void* context);
 CHORUS_C_API chorus_result_t chorus_comm_rank(chorus_comm_t comm, int* rank);
 CHORUS_C_API chorus_result_t chorus_comm_size(chorus_comm_t comm, int* size);
 /* Finishes this rank's pending work and frees the communicator. */

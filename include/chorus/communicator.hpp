@@ -28,6 +28,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -93,6 +94,24 @@ class CHORUS_API Communicator {
   // ("tcp://host:port", served by rank 0, or "file:///shared/dir").
   static Communicator connect(int rank, int size, const std::string& store,
                               const Options& options = {});
+
+  // Bootstrap through the caller's own collective (MPI, a framework's
+  // process group) instead of a store. Every rank calls `allgather` at the
+  // same time with `bytes` bytes at `send` (the same `bytes` on every rank);
+  // it must fill `recv` with size * bytes bytes, rank r's at r * bytes, or
+  // throw. connect() calls it a few times, in the same order on every rank.
+  using Allgather = std::function<void(const void* send, std::size_t bytes, void* recv)>;
+  static Communicator connect(int rank, int size, const Allgather& allgather,
+                              const Options& options = {});
+
+  // From an MPI communicator: the ranks of `comm`, bootstrapped with its
+  // own all-gather (no store, no environment variables). Collective over
+  // `comm`; Chorus's traffic then runs on Chorus's transport, not MPI's.
+  // Defined in libchorus_mpi (CMake target chorus::mpi, header
+  // <chorus/mpi.hpp>), so that libchorus never depends on MPI; MpiComm is
+  // MPI_Comm.
+  template <class MpiComm>
+  static Communicator from_mpi(MpiComm comm, const Options& options = {});
 
   Communicator(Communicator&&) noexcept;
   Communicator& operator=(Communicator&&) noexcept;

@@ -4,6 +4,8 @@
 
 #include <chorus/communicator.hpp>
 
+#include "api/c_interop.hpp"
+
 #include <new>
 #include <string>
 
@@ -59,6 +61,11 @@ chorus_result_t init(chorus_comm_t* comm, Make&& make) noexcept {
 
 }  // namespace
 
+chorus_result_t chorus::c_interop::init_comm(chorus_comm_t* comm,
+                                             const std::function<Communicator()>& make) noexcept {
+  return init(comm, make);
+}
+
 extern "C" {
 
 const char* chorus_get_error_string(chorus_result_t result) {
@@ -90,6 +97,22 @@ chorus_result_t chorus_comm_init(chorus_comm_t* comm, int rank, int size, const 
     return chorus_invalid_argument;
   }
   return init(comm, [&] { return chorus::Communicator::connect(rank, size, store ? store : ""); });
+}
+
+chorus_result_t chorus_comm_init_with_allgather(chorus_comm_t* comm, int rank, int size,
+                                               chorus_allgather_fn allgather, void* context) {
+  if (allgather == nullptr) {
+    init_error = "chorus_comm_init_with_allgather: allgather is NULL";
+    return chorus_invalid_argument;
+  }
+  const chorus::Communicator::Allgather gather = [&](const void* send, std::size_t bytes,
+                                                     void* recv) {
+    if (const int rc = allgather(send, bytes, recv, context); rc != 0)
+      throw chorus::Error(chorus::ErrorCode::transport_error,
+                          "chorus_comm_init_with_allgather: the all-gather returned " +
+                              std::to_string(rc));
+  };
+  return init(comm, [&] { return chorus::Communicator::connect(rank, size, gather); });
 }
 
 chorus_result_t chorus_comm_rank(chorus_comm_t comm, int* rank) {

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstdlib>
 #include <limits>
@@ -366,6 +367,14 @@ Communicator::Communicator(Communicator&&) noexcept = default;
 Communicator& Communicator::operator=(Communicator&&) noexcept = default;
 Communicator::~Communicator() = default;
 
+namespace {
+void check_rank(int rank, int size) {
+  if (size < 1 || rank < 0 || rank >= size)
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("rank {} of size {}: need size >= 1 and 0 <= rank < size", rank, size));
+}
+}  // namespace
+
 Communicator Communicator::from_env(const Options& options) {
   const auto info = bootstrap::launch_info_from_env();
   return connect(info.rank, info.size, info.store, options);
@@ -373,9 +382,7 @@ Communicator Communicator::from_env(const Options& options) {
 
 Communicator Communicator::connect(int rank, int size, const std::string& store_url,
                                    const Options& options) {
-  if (size < 1 || rank < 0 || rank >= size)
-    throw Error(ErrorCode::invalid_argument,
-                fmt::format("rank {} of size {}: need size >= 1 and 0 <= rank < size", rank, size));
+  check_rank(rank, size);
   const double timeout = options.timeout ? options.timeout->count() : bootstrap::timeout_seconds();
   const auto deadline = transport::deadline_after(timeout);
   const auto kind = options.transport.empty()
@@ -398,6 +405,51 @@ Communicator Communicator::connect(int rank, int size, const std::string& store_
   // do now).
   if (rank != 0) store.reset();
   return make_communicator(std::move(transport), std::move(store), options);
+}
+
+namespace {
+
+// Blobs of any length over a fixed-size all-gather: lengths first, then
+// every blob padded to the longest.
+bootstrap::BlobAllgather blobs_over(const Communicator::Allgather& allgather, int size) {
+  return [&allgather, size](const transport::AddressBlob& mine) {
+    const auto p = static_cast<std::size_t>(size);
+    std::vector<std::uint64_t> lengths(p);
+    const std::uint64_t my_length = mine.size();
+    allgather(&my_length, sizeof my_length, lengths.data());
+    const std::uint64_t longest = *std::max_element(lengths.begin(), lengths.end());
+    if (longest > (std::uint64_t{1} << 24))
+      throw Error(ErrorCode::peer_failure,
+                  fmt::format("address all-gather: a rank sent a {}-byte address", longest));
+    std::vector<std::byte> padded(longest), all(longest * p);
+    std::copy(mine.begin(), mine.end(), padded.begin());
+    allgather(padded.data(), longest, all.data());
+    std::vector<transport::AddressBlob> blobs(p);
+    for (std::size_t r = 0; r < p; ++r) {
+      const auto* begin = all.data() + r * longest;
+      blobs[r].assign(begin, begin + lengths[r]);
+    }
+    return blobs;
+  };
+}
+
+}  // namespace
+
+Communicator Communicator::connect(int rank, int size, const Allgather& allgather,
+                                   const Options& options) {
+  check_rank(rank, size);
+  if (!allgather) throw Error(ErrorCode::invalid_argument, "connect: the all-gather is empty");
+  const double timeout = options.timeout ? options.timeout->count() : bootstrap::timeout_seconds();
+  const auto kind = options.transport.empty()
+                        ? bootstrap::transport_kind_from_env()
+                        : bootstrap::parse_transport_kind(options.transport, "Options::transport");
+  std::unique_ptr<transport::Transport> transport;
+  if (size == 1)
+    transport = std::make_unique<transport::LocalTransport>(transport::LocalFabric::create(1), 0);
+  else
+    transport = bootstrap::connect_transport(kind, rank, size, blobs_over(allgather, size),
+                                             transport::deadline_after(timeout));
+  return make_communicator(std::move(transport), nullptr, options);
 }
 
 int Communicator::rank() const { return impl_->transport->rank(); }

@@ -159,30 +159,32 @@ std::unique_ptr<transport::Transport> make_ucx(int rank, int size) {
 #endif
 }
 
-// Publishes `blob`, then fetches every rank's, in one round trip each.
-std::vector<transport::AddressBlob> exchange(Store& store, const std::string& prefix, int rank,
-                                             int size, const transport::AddressBlob& blob,
-                                             transport::Deadline deadline) {
-  store.set(fmt::format("{}/addr/{}", prefix, rank), blob, deadline);
-  std::vector<std::string> keys;
-  for (int r = 0; r < size; ++r) keys.push_back(fmt::format("{}/addr/{}", prefix, r));
-  try {
-    return store.get(keys, deadline);
-  } catch (const StoreTimeout& e) {
-    std::string ranks;
-    for (const auto& k : e.missing())
-      ranks += (ranks.empty() ? "" : ", ") + k.substr(k.rfind('/') + 1);
-    throw Error(ErrorCode::timeout,
-                fmt::format("rank {}: ranks {} of {} never arrived at the store {} (waited "
-                            "until the deadline; CHORUS_TIMEOUT sets it)",
-                            rank, ranks, size, store.url()));
-  }
-}
-
 }  // namespace
 
+BlobAllgather store_allgather(Store& store, const std::string& key_prefix, int rank, int size,
+                              transport::Deadline deadline) {
+  auto calls = std::make_shared<int>(0);
+  return [&store, key_prefix, rank, size, deadline, calls](const transport::AddressBlob& blob) {
+    const std::string prefix = fmt::format("{}/{}", key_prefix, (*calls)++);
+    store.set(fmt::format("{}/{}", prefix, rank), blob, deadline);
+    std::vector<std::string> keys;
+    for (int r = 0; r < size; ++r) keys.push_back(fmt::format("{}/{}", prefix, r));
+    try {
+      return store.get(keys, deadline);
+    } catch (const StoreTimeout& e) {
+      std::string ranks;
+      for (const auto& k : e.missing())
+        ranks += (ranks.empty() ? "" : ", ") + k.substr(k.rfind('/') + 1);
+      throw Error(ErrorCode::timeout,
+                  fmt::format("rank {}: ranks {} of {} never arrived at the store {} (waited "
+                              "until the deadline; CHORUS_TIMEOUT sets it)",
+                              rank, ranks, size, store.url()));
+    }
+  };
+}
+
 std::unique_ptr<transport::Transport> connect_transport(TransportKind kind, int rank, int size,
-                                                        Store& store, const std::string& key_prefix,
+                                                        const BlobAllgather& allgather,
                                                         transport::Deadline deadline) {
   std::unique_ptr<transport::Transport> t;
   if (kind == TransportKind::local) {
@@ -193,7 +195,7 @@ std::unique_ptr<transport::Transport> connect_transport(TransportKind kind, int 
                               size));
     t = std::make_unique<transport::LocalTransport>(transport::LocalFabric::create(1), 0);
   } else if (kind == TransportKind::automatic) {
-    // Every rank publishes whether it could start UCX; UCX is used only if all
+    // Every rank tells whether it could start UCX; UCX is used only if all
     // could, so that no two ranks ever pick different transports.
     std::string why_not;
     try {
@@ -201,10 +203,7 @@ std::unique_ptr<transport::Transport> connect_transport(TransportKind kind, int 
     } catch (const Error& e) {
       why_not = e.what();
     }
-    store.set(fmt::format("{}/ucx/{}", key_prefix, rank), to_bytes(t ? "1" : why_not), deadline);
-    std::vector<std::string> keys;
-    for (int r = 0; r < size; ++r) keys.push_back(fmt::format("{}/ucx/{}", key_prefix, r));
-    const auto answers = store.get(keys, deadline);
+    const auto answers = allgather(to_bytes(t ? "1" : why_not));
     for (int r = 0; r < size && t; ++r) {
       if (to_string(answers[static_cast<std::size_t>(r)]) != "1") {
         why_not =
@@ -221,10 +220,20 @@ std::unique_ptr<transport::Transport> connect_transport(TransportKind kind, int 
   } else {
     t = std::make_unique<transport::TcpTransport>(rank, size);
   }
-  const auto blobs = exchange(store, key_prefix, rank, size, t->address(), deadline);
+  const auto blobs = allgather(t->address());
+  if (blobs.size() != static_cast<std::size_t>(size))
+    throw Error(ErrorCode::internal, fmt::format("rank {}: the address all-gather returned {} "
+                                                 "blobs for {} ranks", rank, blobs.size(), size));
   t->connect(blobs, deadline);
   log::info("transport: {} connected, {} ranks", t->name(), size);
   return t;
+}
+
+std::unique_ptr<transport::Transport> connect_transport(TransportKind kind, int rank, int size,
+                                                        Store& store, const std::string& key_prefix,
+                                                        transport::Deadline deadline) {
+  return connect_transport(kind, rank, size, store_allgather(store, key_prefix, rank, size, deadline),
+                           deadline);
 }
 
 }  // namespace chorus::bootstrap

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace chorus::bootstrap {
 
@@ -48,11 +49,25 @@ TransportKind transport_kind_from_env();
 TransportKind parse_transport_kind(const std::string& value, std::string_view what);
 std::string_view to_string(TransportKind kind);
 
-// Creates this rank's transport, publishes its address under
-// `key_prefix`/addr/<rank>, fetches every rank's address in one round trip
-// and connects. With `automatic`, UCX is used when every rank could start it
-// and TCP otherwise, with the reason logged. A timeout names the ranks that
-// never published an address.
+// Gathers one blob from every rank (collective): called by every rank with
+// its own blob, returns all ranks' blobs in rank order.
+using BlobAllgather =
+    std::function<std::vector<transport::AddressBlob>(const transport::AddressBlob& mine)>;
+
+// The store as a BlobAllgather: each call publishes this rank's blob under
+// `key_prefix`/<call number>/<rank> and fetches every rank's in one round
+// trip. A timeout names the ranks that never published.
+BlobAllgather store_allgather(Store& store, const std::string& key_prefix, int rank, int size,
+                              transport::Deadline deadline);
+
+// Creates this rank's transport, gathers every rank's address with
+// `allgather` (the store, or the caller's own collective, e.g. MPI's) and
+// connects. With `automatic`, UCX is used when every rank could start it
+// and TCP otherwise, with the reason logged.
+std::unique_ptr<transport::Transport> connect_transport(TransportKind kind, int rank, int size,
+                                                        const BlobAllgather& allgather,
+                                                        transport::Deadline deadline);
+// The same, meeting at `store`.
 std::unique_ptr<transport::Transport> connect_transport(TransportKind kind, int rank, int size,
                                                         Store& store, const std::string& key_prefix,
                                                         transport::Deadline deadline);

@@ -4,14 +4,18 @@
 #include "common/logging.hpp"
 #include "local_ranks.hpp"
 
+#include <chorus/chorus.h>
 #include <chorus/chorus.hpp>
 
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <numeric>
+#include <thread>
 
 namespace chorus {
 namespace {
@@ -326,6 +330,88 @@ TEST(Failure, AbortEndsPendingWorkAtOnce) {
     throw std::runtime_error("aborted work succeeded");
   });
   EXPECT_FALSE(outcomes[0].failed) << outcomes[0].message;
+}
+
+}  // namespace
+}  // namespace chorus
+
+// ---- Bootstrap through the caller's all-gather (what from_mpi uses) ---------
+
+namespace chorus {
+namespace {
+
+// An all-gather among threads: each call is one round; the last arrival
+// publishes the round's buffer.
+class ThreadAllgather {
+ public:
+  explicit ThreadAllgather(int size) : size_(size) {}
+  void operator()(int rank, const void* send, std::size_t bytes, void* recv) {
+    std::unique_lock lock(mutex_);
+    const std::uint64_t round = round_;
+    if (gathering_.size() != bytes * static_cast<std::size_t>(size_))
+      gathering_.assign(bytes * static_cast<std::size_t>(size_), std::byte{0});
+    std::memcpy(gathering_.data() + static_cast<std::size_t>(rank) * bytes, send, bytes);
+    if (++arrived_ == size_) {
+      result_ = gathering_;
+      gathering_.clear();
+      arrived_ = 0;
+      ++round_;
+      cv_.notify_all();
+    } else {
+      cv_.wait(lock, [&] { return round_ != round; });
+    }
+    std::memcpy(recv, result_.data(), result_.size());
+  }
+
+ private:
+  int size_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::vector<std::byte> gathering_, result_;
+  int arrived_ = 0;
+  std::uint64_t round_ = 0;
+};
+
+TEST(Bootstrap, ConnectThroughTheCallersAllgatherNeedsNoStore) {
+  setenv("CHORUS_SOCKET_ADDR", "127.0.0.1", 1);
+  constexpr int p = 3;
+  ThreadAllgather gather(p);
+  std::vector<std::string> errors(p);
+  std::vector<std::vector<float>> results(p);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < p; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        Options options;
+        options.transport = "tcp";
+        options.timeout = 30s;
+        auto comm = Communicator::connect(
+            r, p, [&, r](const void* s, std::size_t b, void* out) { gather(r, s, b, out); },
+            options);
+        results[r] = contribution(r, 5000);
+        comm.allreduce(std::span<float>(results[r]), ReduceOp::sum);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < p; ++r) {
+    ASSERT_EQ(errors[r], "") << "rank " << r;
+    for (std::size_t i = 0; i < 5000; i += 997) EXPECT_EQ(results[r][i], expected_sum(p, i));
+  }
+}
+
+TEST(Bootstrap, AFailingAllgatherIsAnErrorThatSaysSo) {
+  EXPECT_THROW(Communicator::connect(0, 2, Communicator::Allgather{}), Error);
+  chorus_comm_t comm = nullptr;
+  EXPECT_EQ(chorus_comm_init_with_allgather(&comm, 0, 2, nullptr, nullptr), chorus_invalid_argument);
+  EXPECT_NE(std::string(chorus_get_last_error(nullptr)).find("allgather is NULL"), std::string::npos);
+  auto refuse = [](const void*, size_t, void*, void*) { return 7; };
+  EXPECT_EQ(chorus_comm_init_with_allgather(&comm, 0, 2, refuse, nullptr), chorus_transport_error);
+  EXPECT_NE(std::string(chorus_get_last_error(nullptr)).find("the all-gather returned 7"),
+            std::string::npos)
+      << chorus_get_last_error(nullptr);
+  EXPECT_EQ(comm, nullptr);
 }
 
 }  // namespace
