@@ -10,9 +10,15 @@ install(TARGETS chorus EXPORT chorusTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+set(CHORUS_MPI_HEADERS mpi.hpp chorus_mpi.h)
+if(CHORUS_WITH_MPI)
+  set(CHORUS_HEADER_EXCLUDES)
+else()
+  set(CHORUS_HEADER_EXCLUDES PATTERN mpi.hpp EXCLUDE PATTERN chorus_mpi.h EXCLUDE)
+endif()
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/chorus
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
-  FILES_MATCHING PATTERN "*.hpp" PATTERN "*.h")
+  FILES_MATCHING PATTERN "*.hpp" PATTERN "*.h" ${CHORUS_HEADER_EXCLUDES})
 install(FILES ${PROJECT_BINARY_DIR}/include/chorus/version.hpp
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/chorus)
 
@@ -32,3 +38,16 @@ configure_file(${PROJECT_SOURCE_DIR}/cmake/chorus.pc.in
   ${PROJECT_BINARY_DIR}/chorus.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/chorus.pc
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+
+# With MPI: libchorus_mpi (chorus::mpi, in an export set of its own so that
+# find_package(chorus) needs MPI only for it), chorus_mpi.pc, and
+# libchorus_pmpi.so for LD_PRELOAD.
+if(CHORUS_WITH_MPI)
+  install(TARGETS chorus_mpi EXPORT chorusMpiTargets
+    LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  install(EXPORT chorusMpiTargets NAMESPACE chorus:: DESTINATION ${CHORUS_CMAKE_DIR})
+  configure_file(${PROJECT_SOURCE_DIR}/cmake/chorus_mpi.pc.in
+    ${PROJECT_BINARY_DIR}/chorus_mpi.pc @ONLY)
+  install(FILES ${PROJECT_BINARY_DIR}/chorus_mpi.pc
+    DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+endif()

@@ -42,3 +42,13 @@ separate_arguments(flags UNIX_COMMAND "${flags}")
 run(${CXX_COMPILER} -std=c++20 ${CONSUMER_SOURCE_DIR}/main.cpp ${flags}
     -Wl,-rpath,${libdir} -o ${WORK_DIR}/consumer-pkgconfig)
 run(${WORK_DIR}/consumer-pkgconfig)
+
+# 3. With MPI: chorus::mpi was built above when installed; the preload
+#    library must load from the prefix with nothing on LD_LIBRARY_PATH.
+file(GLOB pmpi ${prefix}/*/libchorus_pmpi.so)
+if(pmpi)
+  if(NOT EXISTS ${WORK_DIR}/cmake-build/mpi_consumer)
+    message(FATAL_ERROR "libchorus_pmpi.so is installed but chorus::mpi was not found by the consumer")
+  endif()
+  run(${CMAKE_COMMAND} -E env LD_PRELOAD=${pmpi} ${CMAKE_COMMAND} -E echo "libchorus_pmpi.so loads")
+endif()
