@@ -46,6 +46,7 @@ if(CHORUS_WITH_MPI)
   install(TARGETS chorus_mpi EXPORT chorusMpiTargets
     LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
   install(EXPORT chorusMpiTargets NAMESPACE chorus:: DESTINATION ${CHORUS_CMAKE_DIR})
+  install(TARGETS chorus_pmpi LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
   configure_file(${PROJECT_SOURCE_DIR}/cmake/chorus_mpi.pc.in
     ${PROJECT_BINARY_DIR}/chorus_mpi.pc @ONLY)
   install(FILES ${PROJECT_BINARY_DIR}/chorus_mpi.pc
