@@ -578,6 +578,13 @@ int MPI_Testsome(int incount, MPI_Request requests[], int* outcount, int indices
   return report(std::move(failure), "MPI_Testsome", rc);
 }
 
+int MPI_Request_get_status(MPI_Request request, int* flag, MPI_Status* status) {
+  if (!any_pending(1, &request)) return PMPI_Request_get_status(request, flag, status);
+  auto failure = settle(1, &request, false);
+  const int rc = PMPI_Request_get_status(request, flag, status);
+  return report(std::move(failure), "MPI_Request_get_status", rc);
+}
+
 int MPI_Request_free(MPI_Request* request) {
   // Freeing an active request lets it finish unobserved; ours must still be
   // completed, so it is waited for here.
