@@ -259,6 +259,41 @@ const Scenario* find_scenario(const std::string& name) {
   return nullptr;
 }
 
+void last_message_outlives_sender(Transport& t, const std::function<void()>& leave) {
+  const int leaver = t.size() - 1;
+  std::uint64_t hello = 1;
+  if (t.rank() == leaver) {
+    // Everyone is connected before anyone leaves.
+    std::vector<std::uint64_t> hellos(static_cast<std::size_t>(leaver));
+    for (int peer = 0; peer < leaver; ++peer)
+      t.wait(*t.irecv(peer, 6, &hellos[static_cast<std::size_t>(peer)], sizeof hello),
+             transport::deadline_after(30));
+    std::vector<std::uint64_t> words(static_cast<std::size_t>(leaver));
+    std::vector<RequestPtr> sends;
+    for (int peer = 0; peer < leaver; ++peer) {
+      words[static_cast<std::size_t>(peer)] = 1000 + static_cast<std::uint64_t>(peer);
+      sends.push_back(t.isend(peer, 7, &words[static_cast<std::size_t>(peer)], sizeof(std::uint64_t)));
+    }
+    for (const auto& s : sends) t.wait(*s, transport::deadline_after(30));
+    leave();
+    return;
+  }
+  t.wait(*t.isend(leaver, 6, &hello, sizeof hello), transport::deadline_after(30));
+  std::uint64_t never = 0, word = 0;
+  auto gone = t.irecv(leaver, 8, &never, sizeof never);
+  try {
+    t.wait(*gone, transport::deadline_after(30));
+    expect(false, "a receive the leaving rank never sent completed");
+  } catch (const Error& e) {
+    expect(e.code() == ErrorCode::peer_failure,
+           fmt::format("waiting for the leaver ended with {}: {}", to_string(e.code()), e.what()));
+  }
+  auto last = t.irecv(leaver, 7, &word, sizeof word);
+  t.wait(*last, transport::deadline_after(5));
+  expect(word == 1000 + static_cast<std::uint64_t>(t.rank()),
+         fmt::format("the leaver's last message read {} instead of {}", word, 1000 + t.rank()));
+}
+
 void peer_death(Transport& t, const std::function<void()>& die) {
   const int victim = t.size() - 1;
   const std::size_t bytes = 32 << 20;

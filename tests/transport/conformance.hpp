@@ -29,4 +29,10 @@ const Scenario* find_scenario(const std::string& name);
 // an error naming it.
 void peer_death(transport::Transport& t, const std::function<void()>& die);
 
+// The last rank sends one small message to every other rank and, once the
+// sends are done, leaves (`leave` ends the process cleanly). The others
+// first see it gone (a receive it never sends fails), then still receive
+// the message it sent before leaving: a peer's last words are not lost.
+void last_message_outlives_sender(transport::Transport& t, const std::function<void()>& leave);
+
 }  // namespace chorus::conformance

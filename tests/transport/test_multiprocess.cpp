@@ -90,6 +90,17 @@ TEST_P(MultiProcessFailure, KilledPeerFailsSurvivorsPromptly) {
   }
 }
 
+// The last rank sends, then exits cleanly; the others receive its message
+// after they have seen it leave (checked inside the workers).
+TEST_P(MultiProcessFailure, ALeaversLastMessageIsStillReceived) {
+  for (int size : {2, 3, 4}) {
+    SCOPED_TRACE("size " + std::to_string(size));
+    Group g;
+    g.start(GetParam(), "last_message", size);
+    expect_all_passed(g.processes.wait(std::chrono::seconds(60)));
+  }
+}
+
 // Only ranks 0 and 1 of 3 start: both fail at the deadline naming rank 2.
 TEST_P(MultiProcessFailure, StoreDeadlineNamesTheMissingRank) {
   Group g;

@@ -34,6 +34,11 @@ int main(int argc, char** argv) {
                                           info.size, *store, "test", deadline);
     if (scenario == "peer_death") {
       conformance::peer_death(*t, [] { std::raise(SIGKILL); });
+    } else if (scenario == "last_message") {
+      conformance::last_message_outlives_sender(*t, [] {
+        std::fflush(nullptr);
+        std::_Exit(0);  // leaves as a finished process does: the kernel closes its sockets
+      });
     } else if (scenario == "stray_connection") {
       // Rank 0 publishes its TCP port, waits while the harness writes garbage
       // to it, then all ranks prove they still work.
@@ -60,8 +65,9 @@ int main(int argc, char** argv) {
       return 2;
     }
     // Nobody leaves (closing connections) before everyone is done; in
-    // peer_death the last rank is gone already.
-    const int finishing = scenario == "peer_death" ? info.size - 1 : info.size;
+    // peer_death and last_message the last rank is gone already.
+    const int finishing =
+        scenario == "peer_death" || scenario == "last_message" ? info.size - 1 : info.size;
     store->barrier("test/done", finishing, deadline);
     return 0;
   } catch (const std::exception& e) {

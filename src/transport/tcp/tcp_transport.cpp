@@ -968,7 +968,11 @@ void TcpTransport::fail_peer(Peer& peer, const std::string& reason) {
     fail(peer.sink_receive.request);
   peer.sendq.clear();
   peer.posted.clear();
-  peer.unexpected.clear();
+  // Messages that arrived whole before the connection ended stay receivable:
+  // a peer that sent its last message and left (a job ending, one rank
+  // finishing first) has delivered it. Partial ones and rendezvous
+  // announcements (whose data never came) go.
+  std::erase_if(peer.unexpected, [](const Unexpected& u) { return !u.ready || u.is_rts || u.claimed; });
   peer.rndv_sends.clear();
   peer.rndv_recvs.clear();
   peer.in_payload = false;

@@ -341,7 +341,11 @@ RequestPtr UcxTransport::irecv(int peer, Tag tag, void* buf, std::size_t bytes) 
   check_message("irecv", peer, tag, buf, bytes);
   State& s = *state_;
   auto request = std::make_shared<Request>(false, peer, tag, bytes);
-  if (s.peers[static_cast<std::size_t>(peer)].dead) {
+  // A message that arrived whole before the peer was lost (a peer that sent
+  // its last message and left) is still received; only new ones cannot be.
+  ucp_tag_recv_info_t arrived{};
+  if (s.peers[static_cast<std::size_t>(peer)].dead &&
+      ucp_tag_probe_nb(s.worker, ucx_tag(peer, tag), kFullMask, 0, &arrived) == nullptr) {
     request->fail(ErrorCode::peer_failure,
                   fmt::format("rank {}: cannot receive from rank {}: {}", rank(), peer,
                               s.peers[static_cast<std::size_t>(peer)].reason));
