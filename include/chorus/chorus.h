@@ -105,6 +105,32 @@ CHORUS_C_API chorus_result_t chorus_allreduce(const void* sendbuf, void* recvbuf
                                               chorus_datatype_t datatype, chorus_redop_t op,
                                               chorus_comm_t comm);
 
+/* The other collectives, as Communicator's (chorus/communicator.hpp has the
+ * buffer rules, in place included). */
+/* root's count elements into every rank's buffer (ncclBcast). */
+CHORUS_C_API chorus_result_t chorus_broadcast(void* buffer, size_t count,
+                                              chorus_datatype_t datatype, int root,
+                                              chorus_comm_t comm);
+/* recvbuf (at root only; may be NULL elsewhere) = op over all ranks of sendbuf. */
+CHORUS_C_API chorus_result_t chorus_reduce(const void* sendbuf, void* recvbuf, size_t count,
+                                           chorus_datatype_t datatype, chorus_redop_t op,
+                                           int root, chorus_comm_t comm);
+/* recvbuf (size blocks of count_per_rank) gets rank j's sendbuf in block j. */
+CHORUS_C_API chorus_result_t chorus_allgather(const void* sendbuf, void* recvbuf,
+                                              size_t count_per_rank,
+                                              chorus_datatype_t datatype, chorus_comm_t comm);
+/* sendbuf holds size blocks; recvbuf gets block `rank` reduced over all ranks. */
+CHORUS_C_API chorus_result_t chorus_reduce_scatter(const void* sendbuf, void* recvbuf,
+                                                   size_t count_per_rank,
+                                                   chorus_datatype_t datatype,
+                                                   chorus_redop_t op, chorus_comm_t comm);
+/* Block j of sendbuf goes to rank j, into block `rank` of its recvbuf. */
+CHORUS_C_API chorus_result_t chorus_alltoall(const void* sendbuf, void* recvbuf,
+                                             size_t count_per_rank, chorus_datatype_t datatype,
+                                             chorus_comm_t comm);
+/* Returns once every rank has called it. */
+CHORUS_C_API chorus_result_t chorus_barrier(chorus_comm_t comm);
+
 #ifdef __cplusplus
 }
 #endif

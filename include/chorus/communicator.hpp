@@ -153,6 +153,51 @@ class CHORUS_API Communicator {
                            options);
   }
 
+  // ---- The other collectives (MPI semantics; blocking and async forms) ----
+  // Calls on one communicator run in call order, whatever their kind; a rank
+  // calling another collective than its peers gets mismatched_collective.
+  // The algorithm is Chorus's choice: CallOptions::algorithm and CHORUS_ALGO
+  // apply to allreduce only, and any other value is invalid_argument here.
+
+  // Root's `count` elements into every rank's `buffer`.
+  void broadcast(void* buffer, std::size_t count, DataType type, int root,
+                 const CallOptions& options = {});
+  Work broadcast_async(void* buffer, std::size_t count, DataType type, int root,
+                       const CallOptions& options = {});
+
+  // recv (significant at root only; may be null elsewhere) = op over all
+  // ranks of send. send == recv at root is in place.
+  void reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
+              int root, const CallOptions& options = {});
+  Work reduce_async(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op,
+                    int root, const CallOptions& options = {});
+
+  // recv (size() blocks of count) gets rank j's send in block j. In place
+  // when send == recv + rank() * count elements (as NCCL and MPI_IN_PLACE).
+  void allgather(const void* send, void* recv, std::size_t count, DataType type,
+                 const CallOptions& options = {});
+  Work allgather_async(const void* send, void* recv, std::size_t count, DataType type,
+                       const CallOptions& options = {});
+
+  // send holds size() blocks of count; recv (count elements) gets block
+  // rank() reduced over all ranks (MPI_Reduce_scatter_block). In place when
+  // recv == send + rank() * count elements.
+  void reduce_scatter(const void* send, void* recv, std::size_t count, DataType type,
+                      ReduceOp op, const CallOptions& options = {});
+  Work reduce_scatter_async(const void* send, void* recv, std::size_t count, DataType type,
+                            ReduceOp op, const CallOptions& options = {});
+
+  // Block j (count elements) of send goes to rank j, into block rank() of
+  // its recv. send and recv must not overlap.
+  void alltoall(const void* send, void* recv, std::size_t count, DataType type,
+                const CallOptions& options = {});
+  Work alltoall_async(const void* send, void* recv, std::size_t count, DataType type,
+                      const CallOptions& options = {});
+
+  // Returns once every rank has called it.
+  void barrier(const CallOptions& options = {});
+  Work barrier_async(const CallOptions& options = {});
+
   // Ends all pending and queued work with an error on this rank, tells the
   // peers where the transport can, and poisons the communicator.
   void abort(const std::string& reason = "aborted by the application");

@@ -153,4 +153,56 @@ chorus_result_t chorus_allreduce(const void* sendbuf, void* recvbuf, size_t coun
   });
 }
 
+chorus_result_t chorus_broadcast(void* buffer, size_t count, chorus_datatype_t datatype, int root,
+                                 chorus_comm_t comm) {
+  if (comm == nullptr) return null_comm("chorus_broadcast");
+  return guarded(comm->last_error, [&] {
+    comm->communicator.broadcast(buffer, count, static_cast<chorus::DataType>(datatype), root);
+  });
+}
+
+chorus_result_t chorus_reduce(const void* sendbuf, void* recvbuf, size_t count,
+                              chorus_datatype_t datatype, chorus_redop_t op, int root,
+                              chorus_comm_t comm) {
+  if (comm == nullptr) return null_comm("chorus_reduce");
+  return guarded(comm->last_error, [&] {
+    comm->communicator.reduce(sendbuf, recvbuf, count, static_cast<chorus::DataType>(datatype),
+                              static_cast<chorus::ReduceOp>(op), root);
+  });
+}
+
+chorus_result_t chorus_allgather(const void* sendbuf, void* recvbuf, size_t count_per_rank,
+                                 chorus_datatype_t datatype, chorus_comm_t comm) {
+  if (comm == nullptr) return null_comm("chorus_allgather");
+  return guarded(comm->last_error, [&] {
+    comm->communicator.allgather(sendbuf, recvbuf, count_per_rank,
+                                 static_cast<chorus::DataType>(datatype));
+  });
+}
+
+chorus_result_t chorus_reduce_scatter(const void* sendbuf, void* recvbuf, size_t count_per_rank,
+                                      chorus_datatype_t datatype, chorus_redop_t op,
+                                      chorus_comm_t comm) {
+  if (comm == nullptr) return null_comm("chorus_reduce_scatter");
+  return guarded(comm->last_error, [&] {
+    comm->communicator.reduce_scatter(sendbuf, recvbuf, count_per_rank,
+                                      static_cast<chorus::DataType>(datatype),
+                                      static_cast<chorus::ReduceOp>(op));
+  });
+}
+
+chorus_result_t chorus_alltoall(const void* sendbuf, void* recvbuf, size_t count_per_rank,
+                                chorus_datatype_t datatype, chorus_comm_t comm) {
+  if (comm == nullptr) return null_comm("chorus_alltoall");
+  return guarded(comm->last_error, [&] {
+    comm->communicator.alltoall(sendbuf, recvbuf, count_per_rank,
+                                static_cast<chorus::DataType>(datatype));
+  });
+}
+
+chorus_result_t chorus_barrier(chorus_comm_t comm) {
+  if (comm == nullptr) return null_comm("chorus_barrier");
+  return guarded(comm->last_error, [&] { comm->communicator.barrier(); });
+}
+
 }  // extern "C"

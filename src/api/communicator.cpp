@@ -1,6 +1,7 @@
 #include "api/communicator_impl.hpp"
 
 #include "bootstrap/launch.hpp"
+#include "coll/collectives.hpp"
 #include "common/logging.hpp"
 #include "transport/local/local_transport.hpp"
 
@@ -105,6 +106,11 @@ coll::Tuning tuning_from_env() {
 
 double us(double seconds) { return seconds * 1e6; }
 
+bool overlaps(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
+  const auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
+  return a_bytes > 0 && b_bytes > 0 && x < y + b_bytes && y < x + a_bytes;
+}
+
 }  // namespace
 
 Communicator::Impl::Impl(std::unique_ptr<transport::Transport> t,
@@ -171,8 +177,7 @@ Call Communicator::Impl::make_allreduce(const void* send, void* recv, std::size_
   const std::size_t bytes = count * esize;
   if (bytes > 0 && send == nullptr) throw bad(fmt::format("send buffer is null but count is {}", count));
   if (bytes > 0 && recv == nullptr) throw bad(fmt::format("recv buffer is null but count is {}", count));
-  const auto s = reinterpret_cast<std::uintptr_t>(send), r = reinterpret_cast<std::uintptr_t>(recv);
-  if (bytes > 0 && send != recv && s < r + bytes && r < s + bytes)
+  if (send != recv && overlaps(send, bytes, recv, bytes))
     throw bad("send and recv buffers overlap without being the same (in place means send == recv)");
 
   const int p = transport->size();
@@ -211,6 +216,128 @@ Call Communicator::Impl::make_allreduce(const void* send, void* recv, std::size_
   return call;
 }
 
+Call Communicator::Impl::make_call(coll::CollectiveKind kind, const void* send, void* recv,
+                                   std::size_t count, DataType type, ReduceOp op, int root,
+                                   const CallOptions& options) {
+  using coll::CollectiveKind;
+  const std::string_view name = coll::to_string(kind);
+  auto bad = [&](const std::string& why) {
+    return Error(ErrorCode::invalid_argument, fmt::format("{}: {}", name, why));
+  };
+  if (options.algorithm != Algorithm::automatic)
+    throw bad(fmt::format("CallOptions::algorithm = {}: choosing the algorithm is for allreduce "
+                          "only", to_string(options.algorithm)));
+  const int p = transport->size(), me = transport->rank();
+  Call call{};
+  call.kind = kind;
+  call.send = send;
+  call.recv = recv;
+  call.count = count;
+  call.type = type;
+  call.op = op;
+  call.signature.kind = static_cast<std::uint8_t>(kind);
+  auto method = [&](coll::Method m) { call.signature.algorithm = static_cast<std::uint8_t>(m); };
+  if (kind == CollectiveKind::barrier) {
+    call.count = 0;
+    method(coll::Method::dissemination);
+    return call;
+  }
+  if (!is_valid(type))
+    throw bad(fmt::format("datatype {} is not a chorus::DataType", static_cast<int>(type)));
+  if (coll::reduces(kind)) {
+    if (!is_valid(op)) throw bad(fmt::format("op {} is not a chorus::ReduceOp", static_cast<int>(op)));
+    if (!is_supported(type, op))
+      throw bad(fmt::format("op {} is not defined for {}", to_string(op), to_string(type)));
+  } else {
+    call.op = ReduceOp::sum;  // not part of the call: kept out of the signature
+  }
+  const bool rooted = kind == CollectiveKind::broadcast || kind == CollectiveKind::reduce;
+  if (rooted && (root < 0 || root >= p))
+    throw bad(fmt::format("root {} is not a rank of this communicator (0..{})", root, p - 1));
+  // Buffers of size() blocks: allgather's recv, reduce_scatter's send and
+  // alltoall's both.
+  const std::size_t esize = size_of(type);
+  const auto blocks = static_cast<std::size_t>(p);
+  if (count > std::numeric_limits<std::size_t>::max() / esize / blocks)
+    throw bad(fmt::format("count {} of {} on {} ranks overflows the address space", count,
+                          to_string(type), p));
+  const std::size_t block = count * esize, all = block * blocks;
+  auto need = [&](const void* buffer, const char* what, std::size_t bytes) {
+    if (bytes > 0 && buffer == nullptr)
+      throw bad(fmt::format("{} is null but count is {}", what, count));
+  };
+  const auto* send_bytes = static_cast<const std::byte*>(send);
+  auto* recv_bytes = static_cast<std::byte*>(recv);
+  const std::size_t my_block = static_cast<std::size_t>(me) * block;
+  switch (kind) {
+    case CollectiveKind::broadcast:
+      need(recv, "buffer", block);
+      call.send = recv;
+      method(coll::broadcast_method(block, p));
+      break;
+    case CollectiveKind::reduce:
+      need(send, "send buffer", block);
+      if (me == root) need(recv, "recv buffer (at the root)", block);
+      if (me == root && send != recv && overlaps(send, block, recv, block))
+        throw bad("send and recv buffers overlap without being the same (in place means send == recv)");
+      method(coll::Method::binomial_tree);
+      break;
+    case CollectiveKind::allgather:
+      need(send, "send buffer", block);
+      need(recv, "recv buffer", all);
+      if (send_bytes != recv_bytes + my_block && overlaps(send, block, recv, all))
+        throw bad("send overlaps recv without being this rank's block of it (in place means "
+                  "send == recv + rank * count)");
+      method(coll::Method::ring);
+      break;
+    case CollectiveKind::reduce_scatter:
+      need(send, "send buffer", all);
+      need(recv, "recv buffer", block);
+      if (recv_bytes != send_bytes + my_block && overlaps(send, all, recv, block))
+        throw bad("recv overlaps send without being this rank's block of it (in place means "
+                  "recv == send + rank * count)");
+      method(coll::Method::ring);
+      break;
+    case CollectiveKind::alltoall:
+      need(send, "send buffer", all);
+      need(recv, "recv buffer", all);
+      if (overlaps(send, all, recv, all)) throw bad("send and recv buffers overlap");
+      method(coll::Method::pairwise);
+      break;
+    default:
+      throw bad("not a collective of make_call");
+  }
+  call.root = rooted ? root : -1;
+  call.signature.root = call.root;
+  call.signature.datatype = static_cast<std::uint8_t>(type);
+  call.signature.op = static_cast<std::uint8_t>(call.op);
+  call.signature.count = count;
+  return call;
+}
+
+void Communicator::Impl::run_algorithm(const coll::Collective& c, const Call& call) {
+  using coll::CollectiveKind;
+  switch (call.kind) {
+    case CollectiveKind::allreduce:
+      return coll::allreduce_function(call.variant)(c, call.send, call.recv, call.count,
+                                                    call.type, call.op);
+    case CollectiveKind::broadcast:
+      return coll::broadcast(c, call.recv, call.count, call.type, call.root);
+    case CollectiveKind::reduce:
+      return coll::reduce_to_root(c, call.send, call.recv, call.count, call.type, call.op,
+                                  call.root);
+    case CollectiveKind::allgather:
+      return coll::allgather(c, call.send, call.recv, call.count, call.type);
+    case CollectiveKind::reduce_scatter:
+      return coll::reduce_scatter(c, call.send, call.recv, call.count, call.type, call.op);
+    case CollectiveKind::alltoall:
+      return coll::alltoall(c, call.send, call.recv, call.count, call.type);
+    case CollectiveKind::barrier:
+      return coll::barrier(c);
+  }
+  throw Error(ErrorCode::internal, "a call of no known collective");
+}
+
 coll::Choice Communicator::Impl::choose(Algorithm requested, std::size_t bytes) const {
   if (forced_by_env || requested == Algorithm::automatic) requested = algorithm;
   return selector->choose(requested, bytes, transport->size());
@@ -218,7 +345,7 @@ coll::Choice Communicator::Impl::choose(Algorithm requested, std::size_t bytes) 
 
 std::string Communicator::Impl::describe(const Call& call) const {
   return fmt::format("rank {}: call #{}, {},", transport->rank(), call.sequence,
-                     coll::describe(call.signature, to_string(call.variant)));
+                     coll::describe(call.signature, coll::algorithm_name(call.signature.algorithm)));
 }
 
 Error Communicator::Impl::poisoned_error() const {
@@ -240,11 +367,10 @@ void Communicator::Impl::run(const Call& call) {
   const auto start = transport::Clock::now();
   try {
     if (check_calls) {
-      check.emplace(c, call.signature, coll::variant_name);
+      check.emplace(c, call.signature, coll::algorithm_name);
       c.check = &*check;
     }
-    coll::allreduce_function(call.variant)(c, call.send, call.recv, call.count, call.type,
-                                           call.op);
+    run_algorithm(c, call);
     if (check) {
       try {
         check->finish(deadline);
@@ -267,19 +393,21 @@ void Communicator::Impl::run(const Call& call) {
   }
   const double seconds = std::chrono::duration<double>(transport::Clock::now() - start).count();
   std::lock_guard lock(counters_mutex);
-  for (Counters::Entry* e :
-       {&counters.total, &counters.by_algorithm[static_cast<std::size_t>(coll::family(call.variant))]}) {
-    e->calls += 1;
-    e->bytes += call.count * size_of(call.type);
-    e->seconds += seconds;
-  }
+  auto add = [&](Counters::Entry& e) {
+    e.calls += 1;
+    e.bytes += call.count * size_of(call.type);
+    e.seconds += seconds;
+  };
+  add(counters.total);
+  if (call.kind == coll::CollectiveKind::allreduce)
+    add(counters.by_algorithm[static_cast<std::size_t>(coll::family(call.variant))]);
 }
 
 void Communicator::Impl::wait_for_queue_drain(std::unique_lock<std::mutex>& queue_lock) {
   queue_cv.wait(queue_lock, [&] { return queue.empty() && !worker_busy; });
 }
 
-void Communicator::Impl::allreduce(const Call& prepared) {
+void Communicator::Impl::submit(const Call& prepared) {
   std::lock_guard submit(submit_mutex);
   if (poisoned.load()) throw_poisoned();
   Call call = prepared;
@@ -291,7 +419,7 @@ void Communicator::Impl::allreduce(const Call& prepared) {
   run(call);
 }
 
-Work Communicator::Impl::allreduce_async(const Call& prepared) {
+Work Communicator::Impl::submit_async(const Call& prepared) {
   auto state = std::make_shared<Work::State>();
   std::lock_guard submit(submit_mutex);
   if (poisoned.load()) {
@@ -458,12 +586,73 @@ std::string_view Communicator::transport_name() const { return impl_->transport-
 
 void Communicator::allreduce(const void* send, void* recv, std::size_t count, DataType type,
                              ReduceOp op, const CallOptions& options) {
-  impl_->allreduce(impl_->make_allreduce(send, recv, count, type, op, options));
+  impl_->submit(impl_->make_allreduce(send, recv, count, type, op, options));
 }
 
 Work Communicator::allreduce_async(const void* send, void* recv, std::size_t count, DataType type,
                                    ReduceOp op, const CallOptions& options) {
-  return impl_->allreduce_async(impl_->make_allreduce(send, recv, count, type, op, options));
+  return impl_->submit_async(impl_->make_allreduce(send, recv, count, type, op, options));
+}
+
+using coll::CollectiveKind;
+
+void Communicator::broadcast(void* buffer, std::size_t count, DataType type, int root,
+                             const CallOptions& options) {
+  impl_->submit(impl_->make_call(CollectiveKind::broadcast, nullptr, buffer, count, type, {}, root, options));
+}
+Work Communicator::broadcast_async(void* buffer, std::size_t count, DataType type, int root,
+                                   const CallOptions& options) {
+  return impl_->submit_async(
+      impl_->make_call(CollectiveKind::broadcast, nullptr, buffer, count, type, {}, root, options));
+}
+
+void Communicator::reduce(const void* send, void* recv, std::size_t count, DataType type,
+                          ReduceOp op, int root, const CallOptions& options) {
+  impl_->submit(impl_->make_call(CollectiveKind::reduce, send, recv, count, type, op, root, options));
+}
+Work Communicator::reduce_async(const void* send, void* recv, std::size_t count, DataType type,
+                                ReduceOp op, int root, const CallOptions& options) {
+  return impl_->submit_async(
+      impl_->make_call(CollectiveKind::reduce, send, recv, count, type, op, root, options));
+}
+
+void Communicator::allgather(const void* send, void* recv, std::size_t count, DataType type,
+                             const CallOptions& options) {
+  impl_->submit(impl_->make_call(CollectiveKind::allgather, send, recv, count, type, {}, -1, options));
+}
+Work Communicator::allgather_async(const void* send, void* recv, std::size_t count, DataType type,
+                                   const CallOptions& options) {
+  return impl_->submit_async(
+      impl_->make_call(CollectiveKind::allgather, send, recv, count, type, {}, -1, options));
+}
+
+void Communicator::reduce_scatter(const void* send, void* recv, std::size_t count, DataType type,
+                                  ReduceOp op, const CallOptions& options) {
+  impl_->submit(
+      impl_->make_call(CollectiveKind::reduce_scatter, send, recv, count, type, op, -1, options));
+}
+Work Communicator::reduce_scatter_async(const void* send, void* recv, std::size_t count,
+                                        DataType type, ReduceOp op, const CallOptions& options) {
+  return impl_->submit_async(
+      impl_->make_call(CollectiveKind::reduce_scatter, send, recv, count, type, op, -1, options));
+}
+
+void Communicator::alltoall(const void* send, void* recv, std::size_t count, DataType type,
+                            const CallOptions& options) {
+  impl_->submit(impl_->make_call(CollectiveKind::alltoall, send, recv, count, type, {}, -1, options));
+}
+Work Communicator::alltoall_async(const void* send, void* recv, std::size_t count, DataType type,
+                                  const CallOptions& options) {
+  return impl_->submit_async(
+      impl_->make_call(CollectiveKind::alltoall, send, recv, count, type, {}, -1, options));
+}
+
+void Communicator::barrier(const CallOptions& options) {
+  impl_->submit(impl_->make_call(CollectiveKind::barrier, nullptr, nullptr, 0, {}, {}, -1, options));
+}
+Work Communicator::barrier_async(const CallOptions& options) {
+  return impl_->submit_async(
+      impl_->make_call(CollectiveKind::barrier, nullptr, nullptr, 0, {}, {}, -1, options));
 }
 
 void Communicator::abort(const std::string& reason) { impl_->abort(reason); }

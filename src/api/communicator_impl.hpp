@@ -30,14 +30,16 @@ struct Work::State {
 
 // One collective call, as this rank made it.
 struct Call {
+  coll::CollectiveKind kind = coll::CollectiveKind::allreduce;
   coll::CallSignature signature;
-  coll::Variant variant;
+  coll::Variant variant;  // allreduce only
   std::uint32_t sequence;
   const void* send;
   void* recv;
   std::size_t count;
   DataType type;
   ReduceOp op;
+  int root = -1;  // broadcast and reduce
 };
 
 struct Communicator::Impl {
@@ -48,10 +50,14 @@ struct Communicator::Impl {
        const Options& options);
   ~Impl();
 
-  void allreduce(const Call& call);  // runs it now, in order
-  Work allreduce_async(const Call& call);
+  void submit(const Call& call);  // runs it now, in order
+  Work submit_async(const Call& call);
+  // A checked call (invalid arguments throw Error(invalid_argument)).
   Call make_allreduce(const void* send, void* recv, std::size_t count, DataType type,
                       ReduceOp op, const CallOptions& options);
+  // Any other collective; `op` matters for reductions, `root` for rooted ones.
+  Call make_call(coll::CollectiveKind kind, const void* send, void* recv, std::size_t count,
+                 DataType type, ReduceOp op, int root, const CallOptions& options);
   // What runs an allreduce of `bytes` when the call asks for `requested`:
   // CHORUS_ALGO, else the call's algorithm, else the communicator's.
   coll::Choice choose(Algorithm requested, std::size_t bytes) const;
@@ -59,6 +65,7 @@ struct Communicator::Impl {
 
   // Runs one call on the transport; throws (and poisons) on error.
   void run(const Call& call);
+  static void run_algorithm(const coll::Collective& c, const Call& call);
   Error poisoned_error() const;  // "unusable after an earlier error: <the first>"
   [[noreturn]] void throw_poisoned() const;
   void worker_loop();

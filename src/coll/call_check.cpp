@@ -10,16 +10,28 @@ namespace chorus::coll {
 std::string_view to_string(CollectiveKind kind) noexcept {
   switch (kind) {
     case CollectiveKind::allreduce: return "allreduce";
+    case CollectiveKind::broadcast: return "broadcast";
+    case CollectiveKind::reduce: return "reduce";
+    case CollectiveKind::allgather: return "allgather";
+    case CollectiveKind::reduce_scatter: return "reduce_scatter";
+    case CollectiveKind::alltoall: return "alltoall";
+    case CollectiveKind::barrier: return "barrier";
   }
   return "unknown collective";
+}
+
+bool reduces(CollectiveKind kind) noexcept {
+  return kind == CollectiveKind::allreduce || kind == CollectiveKind::reduce ||
+         kind == CollectiveKind::reduce_scatter;
 }
 
 std::string describe(const CallSignature& s, std::string_view algorithm_name) {
   const auto kind = static_cast<CollectiveKind>(s.kind);
   const auto type = static_cast<DataType>(s.datatype);
   const auto op = static_cast<ReduceOp>(s.op);
+  if (kind == CollectiveKind::barrier) return fmt::format("barrier({})", algorithm_name);
   std::string text = fmt::format("{}(count={}, {}", to_string(kind), s.count, to_string(type));
-  if (kind == CollectiveKind::allreduce) text += fmt::format(", {}", to_string(op));
+  if (reduces(kind)) text += fmt::format(", {}", to_string(op));
   if (s.root >= 0) text += fmt::format(", root={}", s.root);
   return text + fmt::format(", {})", algorithm_name);
 }

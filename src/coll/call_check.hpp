@@ -27,7 +27,17 @@
 
 namespace chorus::coll {
 
-enum class CollectiveKind : std::uint8_t { allreduce };
+enum class CollectiveKind : std::uint8_t {
+  allreduce,
+  broadcast,
+  reduce,
+  allgather,
+  reduce_scatter,
+  alltoall,
+  barrier,
+};
+// Whether the collective combines values with an op (and so names one).
+bool reduces(CollectiveKind kind) noexcept;
 std::string_view to_string(CollectiveKind kind) noexcept;
 
 struct CallSignature {

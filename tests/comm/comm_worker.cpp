@@ -164,14 +164,64 @@ void timeout(Communicator& comm) {
   fail("an allreduce without one rank succeeded");
 }
 
+// Every collective other than AllReduce, over sizes that cross the
+// broadcast chain threshold, checked against values computed here.
+void collectives(Communicator& comm) {
+  const int p = comm.size(), r = comm.rank();
+  auto v = [](int rank, std::size_t i) { return static_cast<float>((static_cast<std::size_t>(rank) * 7 + i) % 11); };
+  for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{1000}, std::size_t{300000}}) {
+    const std::string at = " (count " + std::to_string(count) + ")";
+    for (int root = 0; root < p; ++root) {
+      std::vector<float> buffer(count);
+      for (std::size_t i = 0; i < count; ++i) buffer[i] = r == root ? v(root, i) : -1.0f;
+      comm.broadcast(buffer.data(), count, DataType::float32, root);
+      for (std::size_t i = 0; i < count; ++i)
+        if (buffer[i] != v(root, i)) fail("broadcast from " + std::to_string(root) + at);
+      std::vector<float> mine(count), reduced(count);
+      for (std::size_t i = 0; i < count; ++i) mine[i] = v(r, i);
+      comm.reduce(mine.data(), reduced.data(), count, DataType::float32, ReduceOp::sum, root);
+      for (std::size_t i = 0; r == root && i < count; ++i) {
+        float want = 0;
+        for (int k = 0; k < p; ++k) want += v(k, i);
+        if (reduced[i] != want) fail("reduce to " + std::to_string(root) + at);
+      }
+    }
+    std::vector<float> mine(count), all(count * static_cast<std::size_t>(p)), block(count);
+    for (std::size_t i = 0; i < count; ++i) mine[i] = v(r, i);
+    comm.allgather(mine.data(), all.data(), count, DataType::float32);
+    for (int k = 0; k < p; ++k)
+      for (std::size_t i = 0; i < count; ++i)
+        if (all[static_cast<std::size_t>(k) * count + i] != v(k, i)) fail("allgather" + at);
+    // Rank r's block j is v(r + j, i): after reduce-scatter rank r holds the
+    // sum over k of v(k + r, i).
+    for (int j = 0; j < p; ++j)
+      for (std::size_t i = 0; i < count; ++i) all[static_cast<std::size_t>(j) * count + i] = v(r + j, i);
+    comm.reduce_scatter(all.data(), block.data(), count, DataType::float32, ReduceOp::sum);
+    for (std::size_t i = 0; i < count; ++i) {
+      float want = 0;
+      for (int k = 0; k < p; ++k) want += v(k + r, i);
+      if (block[i] != want) fail("reduce_scatter" + at);
+    }
+    // Alltoall: rank r sends v(r * p + j, i) to rank j.
+    std::vector<float> out(count * static_cast<std::size_t>(p)), in(out.size());
+    for (int j = 0; j < p; ++j)
+      for (std::size_t i = 0; i < count; ++i) out[static_cast<std::size_t>(j) * count + i] = v(r * p + j, i);
+    comm.alltoall(out.data(), in.data(), count, DataType::float32);
+    for (int k = 0; k < p; ++k)
+      for (std::size_t i = 0; i < count; ++i)
+        if (in[static_cast<std::size_t>(k) * count + i] != v(k * p + r, i)) fail("alltoall" + at);
+    comm.barrier();
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::map<std::string, std::function<void(Communicator&)>> scenarios = {
       {"algorithms", algorithms}, {"async100", async100}, {"mismatch", mismatch},
-      {"peer_death", peer_death}, {"timeout", timeout}};
+      {"peer_death", peer_death}, {"timeout", timeout}, {"collectives", collectives}};
   if (argc != 2 || !scenarios.count(argv[1])) {
-    std::fprintf(stderr, "usage: comm_worker algorithms|async100|mismatch|peer_death|timeout\n");
+    std::fprintf(stderr, "usage: comm_worker algorithms|async100|mismatch|peer_death|timeout|collectives\n");
     return 2;
   }
   try {

@@ -1,5 +1,6 @@
 // The Communicator across real processes on loopback, over every transport
-// this build has, with 2, 3 and 4 ranks: every algorithm, 100 async calls,
+// this build has, with 2, 3 and 4 ranks: every algorithm, the other
+// collectives, 100 async calls,
 // and the failure rules (mismatch, a killed peer, a rank that never calls).
 #include "process_group.hpp"
 
@@ -52,6 +53,8 @@ long long number_after(const std::string& text, const std::string& key) {
 }
 
 TEST_P(CommMultiProcess, EveryAlgorithmSeveralTypesAndOps) { expect_all_passed(run("algorithms", 240)); }
+
+TEST_P(CommMultiProcess, EveryOtherCollective) { expect_all_passed(run("collectives", 240)); }
 
 TEST_P(CommMultiProcess, HundredBackToBackAsyncCalls) { expect_all_passed(run("async100", 120)); }
 
