@@ -1,15 +1,18 @@
-// libchorus_pmpi: runs an unchanged MPI program's MPI_Allreduce and
-// MPI_Iallreduce on Chorus, through the MPI profiling interface.
+// libchorus_pmpi: runs an unchanged MPI program's MPI_Allreduce,
+// MPI_Iallreduce, MPI_Bcast, MPI_Reduce, MPI_Allgather,
+// MPI_Reduce_scatter_block, MPI_Alltoall and MPI_Barrier on Chorus, through
+// the MPI profiling interface.
 //
 //   mpirun -np 4 -x LD_PRELOAD=libchorus_pmpi.so ./program
 //
 // This library defines MPI_ functions; loaded first, its definitions win over
 // libmpi's, and it reaches MPI itself through the PMPI_ names. What it takes
 // over (docs/mpi.md):
-//  - MPI_Allreduce and MPI_Iallreduce on intra-communicators of two or more
-//    ranks, with a predefined datatype that maps exactly onto a Chorus one
+//  - calls on intra-communicators of two or more ranks, of at least
+//    CHORUS_MPI_MIN_BYTES, MPI_IN_PLACE included (but for Alltoall): for
+//    reductions, a predefined datatype that maps exactly onto a Chorus one
 //    and a predefined op Chorus has (MPI_SUM, PROD, MIN, MAX, BAND, BOR,
-//    BXOR), MPI_IN_PLACE included, of at least CHORUS_MPI_MIN_BYTES;
+//    BXOR); for data movement, any predefined datatype without holes;
 //  - everything else goes to PMPI_ unchanged, and is counted with its reason
 //    (CHORUS_MPI_VERBOSE=1 prints the counts at MPI_Finalize).
 // Every rank of a communicator decides alike, from arguments MPI requires to
@@ -97,8 +100,20 @@ std::size_t min_bytes_from_env() {
   return static_cast<std::size_t>(value) * scale;
 }
 
-enum Collective { kAllreduce, kIallreduce, kCollectiveCount };
-constexpr const char* kCollectiveNames[kCollectiveCount] = {"MPI_Allreduce", "MPI_Iallreduce"};
+enum Collective {
+  kAllreduce,
+  kIallreduce,
+  kBcast,
+  kReduce,
+  kAllgather,
+  kReduceScatterBlock,
+  kAlltoall,
+  kBarrier,
+  kCollectiveCount
+};
+constexpr const char* kCollectiveNames[kCollectiveCount] = {
+    "MPI_Allreduce", "MPI_Iallreduce",          "MPI_Bcast",    "MPI_Reduce",
+    "MPI_Allgather", "MPI_Reduce_scatter_block", "MPI_Alltoall", "MPI_Barrier"};
 
 // Where a call goes, and why: Chorus, or MPI for one of the other reasons.
 enum class Route : std::uint8_t {
@@ -113,8 +128,9 @@ enum class Route : std::uint8_t {
   one_rank,
   not_connected,
   finalizing,
+  in_place_alltoall,
 };
-constexpr int kRouteCount = 11;
+constexpr int kRouteCount = 12;
 constexpr const char* kRouteReasons[kRouteCount] = {
     "taken over by Chorus",
     "MPI not initialized or finalized",
@@ -127,6 +143,7 @@ constexpr const char* kRouteReasons[kRouteCount] = {
     "communicator of one rank",
     "Chorus could not connect on this communicator",
     "called while MPI_Finalize ran",
+    "MPI_IN_PLACE alltoall",
 };
 
 // ---- Per communicator -------------------------------------------------------
@@ -256,28 +273,68 @@ struct Taken {
   ReduceOp op{};
 };
 
-Route route(Interposer& it, const void* send, void* recv, int count, MPI_Datatype datatype,
-            MPI_Op op, MPI_Comm comm, Taken& taken) {
+// MPI usable and the communicator given; the first check of every call.
+Route start(Interposer& it, MPI_Comm comm) {
   if (!it.ready.load(std::memory_order_acquire)) {
     if (!mpi_usable()) return Route::not_initialized;
     set_up(it);
   }
-  if (count < 0 || comm == MPI_COMM_NULL || (count > 0 && recv == nullptr))
-    return Route::invalid_arguments;
+  return comm == MPI_COMM_NULL ? Route::invalid_arguments : Route::chorus;
+}
+
+// The type and op of a reduction, as Chorus's.
+Route reduction(MPI_Datatype datatype, MPI_Op op, Taken& taken) {
   const auto type = chorus_type(datatype, op);
   if (!type) return Route::datatype;
   const auto chorus_op_ = chorus_op(op);
   if (!chorus_op_) return Route::op;
   if (!chorus::is_supported(*type, *chorus_op_)) return Route::op_for_datatype;
-  if (static_cast<std::size_t>(count) * chorus::size_of(*type) < it.min_bytes)
-    return Route::below_min_bytes;
-  Route r = Route::chorus;
-  taken.chorus = communicator_of(it, comm, r);
-  if (!taken.chorus) return r;
-  taken.send = send == MPI_IN_PLACE ? recv : send;
   taken.type = *type;
   taken.op = *chorus_op_;
   return Route::chorus;
+}
+
+// Calls that only move data take any predefined datatype without holes, as
+// bytes: its size, or 0 when it is not one.
+std::size_t contiguous_named_size(MPI_Datatype t) {
+  if (t == MPI_DATATYPE_NULL) return 0;
+  int integers = 0, addresses = 0, datatypes = 0, combiner = 0;
+  if (PMPI_Type_get_envelope(t, &integers, &addresses, &datatypes, &combiner) != MPI_SUCCESS ||
+      combiner != MPI_COMBINER_NAMED)
+    return 0;
+  int size = 0;
+  MPI_Aint lb = 0, extent = 0;
+  if (PMPI_Type_size(t, &size) != MPI_SUCCESS || PMPI_Type_get_extent(t, &lb, &extent) != MPI_SUCCESS)
+    return 0;
+  return size > 0 && lb == 0 && extent == size ? static_cast<std::size_t>(size) : 0;
+}
+
+// Past the argument checks: the size threshold, then the communicator.
+Route connect(Interposer& it, std::size_t bytes, MPI_Comm comm, Taken& taken) {
+  if (bytes < it.min_bytes) return Route::below_min_bytes;
+  Route r = Route::chorus;
+  taken.chorus = communicator_of(it, comm, r);
+  return taken.chorus ? Route::chorus : r;
+}
+
+int comm_size(MPI_Comm comm) {
+  int size = 0;
+  PMPI_Comm_size(comm, &size);
+  return size;
+}
+int comm_rank(MPI_Comm comm) {
+  int rank = 0;
+  PMPI_Comm_rank(comm, &rank);
+  return rank;
+}
+
+Route route(Interposer& it, const void* send, void* recv, int count, MPI_Datatype datatype,
+            MPI_Op op, MPI_Comm comm, Taken& taken) {
+  if (Route r = start(it, comm); r != Route::chorus) return r;
+  if (count < 0 || (count > 0 && recv == nullptr)) return Route::invalid_arguments;
+  if (Route r = reduction(datatype, op, taken); r != Route::chorus) return r;
+  taken.send = send == MPI_IN_PLACE ? recv : send;
+  return connect(it, static_cast<std::size_t>(count) * chorus::size_of(taken.type), comm, taken);
 }
 
 void tally(Interposer& it, Collective c, Route r) {
@@ -399,6 +456,17 @@ int report(std::optional<Failure> failure, const char* function, int rc) {
   return raise_error(interposer(), failure->comm, function, failure->error);
 }
 
+// Runs `body` on Chorus, turning what it throws into the MPI error of `comm`.
+template <class Body>
+int on_chorus(Interposer& it, MPI_Comm comm, const char* function, Body&& body) {
+  try {
+    body();
+  } catch (const std::exception& e) {
+    return raise_error(it, comm, function, e);
+  }
+  return MPI_SUCCESS;
+}
+
 void print_counts(Interposer& it) {
   int rank = 0;
   PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -464,13 +532,10 @@ int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype da
   const Route r = route(it, sendbuf, recvbuf, count, datatype, op, comm, taken);
   tally(it, kAllreduce, r);
   if (r != Route::chorus) return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
-  try {
+  return on_chorus(it, comm, "MPI_Allreduce", [&] {
     taken.chorus->allreduce(taken.send, recvbuf, static_cast<std::size_t>(count), taken.type,
                             taken.op);
-  } catch (const std::exception& e) {
-    return raise_error(it, comm, "MPI_Allreduce", e);
-  }
-  return MPI_SUCCESS;
+  });
 }
 
 int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
@@ -502,6 +567,127 @@ int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype d
   it.pending.emplace(*request,
                      Interposer::Pending{std::make_shared<chorus::Work>(std::move(work)), comm});
   return MPI_SUCCESS;
+}
+
+int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm) {
+  auto& it = interposer();
+  Taken taken;
+  const std::size_t size = contiguous_named_size(datatype);
+  Route r = start(it, comm);
+  if (r == Route::chorus && count < 0) r = Route::invalid_arguments;
+  if (r == Route::chorus && size == 0) r = Route::datatype;
+  if (r == Route::chorus) r = connect(it, static_cast<std::size_t>(count) * size, comm, taken);
+  tally(it, kBcast, r);
+  if (r != Route::chorus) return PMPI_Bcast(buffer, count, datatype, root, comm);
+  return on_chorus(it, comm, "MPI_Bcast", [&] {
+    taken.chorus->broadcast(buffer, static_cast<std::size_t>(count) * size, DataType::uint8, root);
+  });
+}
+
+int MPI_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+               int root, MPI_Comm comm) {
+  auto& it = interposer();
+  Taken taken;
+  // recvbuf matters at the root only, so it is no part of the decision.
+  Route r = start(it, comm);
+  if (r == Route::chorus && count < 0) r = Route::invalid_arguments;
+  if (r == Route::chorus) r = reduction(datatype, op, taken);
+  if (r == Route::chorus)
+    r = connect(it, static_cast<std::size_t>(count) * chorus::size_of(taken.type), comm, taken);
+  tally(it, kReduce, r);
+  if (r != Route::chorus) return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
+  const void* send = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
+  return on_chorus(it, comm, "MPI_Reduce", [&] {
+    taken.chorus->reduce(send, recvbuf, static_cast<std::size_t>(count), taken.type, taken.op, root);
+  });
+}
+
+int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                  int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
+  auto& it = interposer();
+  Taken taken;
+  // Decided on the receive side, which every rank describes alike; the
+  // send side must then hold the same bytes (else the call is erroneous).
+  const std::size_t size = contiguous_named_size(recvtype);
+  Route r = start(it, comm);
+  if (r == Route::chorus && (recvcount < 0 || (sendbuf != MPI_IN_PLACE && sendcount < 0)))
+    r = Route::invalid_arguments;
+  if (r == Route::chorus && size == 0) r = Route::datatype;
+  const std::size_t block = static_cast<std::size_t>(recvcount) * size;
+  if (r == Route::chorus) r = connect(it, block * static_cast<std::size_t>(comm_size(comm)), comm, taken);
+  tally(it, kAllgather, r);
+  if (r != Route::chorus)
+    return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+  return on_chorus(it, comm, "MPI_Allgather", [&] {
+    const void* send = sendbuf;
+    if (sendbuf == MPI_IN_PLACE) {
+      send = static_cast<std::byte*>(recvbuf) + static_cast<std::size_t>(comm_rank(comm)) * block;
+    } else if (static_cast<std::size_t>(sendcount) * contiguous_named_size(sendtype) != block) {
+      throw chorus::Error(chorus::ErrorCode::invalid_argument,
+                          "the send side does not hold the bytes of one receive block");
+    }
+    taken.chorus->allgather(send, recvbuf, block, DataType::uint8);
+  });
+}
+
+int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount,
+                             MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
+  auto& it = interposer();
+  Taken taken;
+  Route r = start(it, comm);
+  if (r == Route::chorus && recvcount < 0) r = Route::invalid_arguments;
+  if (r == Route::chorus) r = reduction(datatype, op, taken);
+  const std::size_t block = static_cast<std::size_t>(recvcount) * chorus::size_of(taken.type);
+  if (r == Route::chorus) r = connect(it, block * static_cast<std::size_t>(comm_size(comm)), comm, taken);
+  tally(it, kReduceScatterBlock, r);
+  if (r != Route::chorus)
+    return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
+  return on_chorus(it, comm, "MPI_Reduce_scatter_block", [&] {
+    const auto n = static_cast<std::size_t>(recvcount);
+    if (sendbuf != MPI_IN_PLACE) {
+      taken.chorus->reduce_scatter(sendbuf, recvbuf, n, taken.type, taken.op);
+      return;
+    }
+    // In place, MPI's input is all of recvbuf and the result goes to its
+    // start; Chorus's result lands in this rank's block, moved after.
+    auto* all = static_cast<std::byte*>(recvbuf);
+    std::byte* mine = all + static_cast<std::size_t>(comm_rank(comm)) * block;
+    taken.chorus->reduce_scatter(all, mine, n, taken.type, taken.op);
+    if (mine != all && block) std::memmove(all, mine, block);
+  });
+}
+
+int MPI_Alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                 int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
+  auto& it = interposer();
+  Taken taken;
+  const std::size_t size = contiguous_named_size(recvtype);
+  Route r = start(it, comm);
+  if (r == Route::chorus && sendbuf == MPI_IN_PLACE) r = Route::in_place_alltoall;
+  if (r == Route::chorus && (recvcount < 0 || sendcount < 0)) r = Route::invalid_arguments;
+  if (r == Route::chorus && size == 0) r = Route::datatype;
+  const std::size_t block = static_cast<std::size_t>(recvcount) * size;
+  if (r == Route::chorus) r = connect(it, block * static_cast<std::size_t>(comm_size(comm)), comm, taken);
+  tally(it, kAlltoall, r);
+  if (r != Route::chorus)
+    return PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+  return on_chorus(it, comm, "MPI_Alltoall", [&] {
+    if (static_cast<std::size_t>(sendcount) * contiguous_named_size(sendtype) != block)
+      throw chorus::Error(chorus::ErrorCode::invalid_argument,
+                          "the send blocks do not hold the bytes of the receive blocks");
+    taken.chorus->alltoall(sendbuf, recvbuf, block, DataType::uint8);
+  });
+}
+
+// A barrier moves no bytes: it goes to Chorus only with CHORUS_MPI_MIN_BYTES=0.
+int MPI_Barrier(MPI_Comm comm) {
+  auto& it = interposer();
+  Taken taken;
+  Route r = start(it, comm);
+  if (r == Route::chorus) r = connect(it, 0, comm, taken);
+  tally(it, kBarrier, r);
+  if (r != Route::chorus) return PMPI_Barrier(comm);
+  return on_chorus(it, comm, "MPI_Barrier", [&] { taken.chorus->barrier(); });
 }
 
 int MPI_Wait(MPI_Request* request, MPI_Status* status) {

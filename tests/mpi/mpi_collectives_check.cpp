@@ -1,5 +1,6 @@
 // A plain MPI program (it knows nothing of Chorus) that runs MPI_Allreduce
-// and MPI_Iallreduce over many sizes, datatypes, ops, in place and not, on
+// and MPI_Iallreduce over many sizes, datatypes, ops, in place and not (and
+// MPI_Bcast, Reduce, Allgather, Reduce_scatter_block, Alltoall, Barrier), on
 // MPI_COMM_WORLD, a split and a dup, and checks every result against values
 // it computes itself. The tests run it under mpirun with and without
 // LD_PRELOAD=libchorus_pmpi.so; it must pass alike.
@@ -15,6 +16,7 @@
 #include <cinttypes>
 #include <cstdint>
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -188,6 +190,159 @@ void sweep(MPI_Comm comm) {
   sweep_type<short>(comm, MPI_SHORT, "MPI_SHORT");  // not Chorus's: passes through
 }
 
+// ---- The other collectives --------------------------------------------------
+
+std::string where_of(const char* call, std::size_t count, const char* type, int size,
+                     const char* extra = "") {
+  return std::string(call) + "(count=" + std::to_string(count) + ", " + type + extra + ") on " +
+         std::to_string(size) + " ranks";
+}
+
+template <class T>
+void check_bcast(MPI_Comm comm, MPI_Datatype type, const char* type_name, std::size_t count) {
+  int rank = 0, size = 0;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  for (int root : {0, size - 1}) {
+    std::vector<T> data(count);
+    for (std::size_t i = 0; i < count; ++i) data[i] = rank == root ? value<T>(root, i, Op::sum) : T(7);
+    const int rc = MPI_Bcast(data.data(), static_cast<int>(count), type, root, comm);
+    ++checked_calls;
+    const std::string where = where_of("MPI_Bcast", count, type_name, size) + " root " + std::to_string(root);
+    if (rc != MPI_SUCCESS) return fail(where + ": returned an error");
+    for (std::size_t i = 0; i < count; ++i) {
+      const T want = value<T>(root, i, Op::sum);
+      if (std::memcmp(&data[i], &want, sizeof(T)) != 0)
+        return fail(where + ": element " + std::to_string(i) + " differs");
+    }
+  }
+}
+
+template <class T>
+void check_reduce(MPI_Comm comm, MPI_Datatype type, const char* type_name, Op op, std::size_t count,
+                  bool in_place) {
+  int rank = 0, size = 0;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  const int root = size / 2;
+  std::vector<T> send(count), recv(count), want(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    send[i] = value<T>(rank, i, op);
+    T acc = value<T>(0, i, op);
+    for (int r = 1; r < size; ++r) acc = combine(acc, value<T>(r, i, op), op);
+    want[i] = acc;
+  }
+  const void* sendbuf = send.data();
+  if (in_place && rank == root) {
+    recv = send;
+    sendbuf = MPI_IN_PLACE;
+  }
+  const int rc = MPI_Reduce(sendbuf, recv.data(), static_cast<int>(count), type, mpi_op(op), root, comm);
+  ++checked_calls;
+  const std::string where = where_of("MPI_Reduce", count, type_name, size, in_place ? ", in place" : "") + " " + name(op);
+  if (rc != MPI_SUCCESS) return fail(where + ": returned an error");
+  if (rank == root && count && std::memcmp(recv.data(), want.data(), count * sizeof(T)) != 0)
+    fail(where + ": wrong result at the root");
+}
+
+// Rank r's block for rank j (alltoall) or its own block (allgather, j = 0).
+int block_value(int r, int j, std::size_t i) { return static_cast<int>(r * 1000003 + j * 7919 + static_cast<int>(i)); }
+
+void check_allgather(MPI_Comm comm, std::size_t count, bool in_place, bool as_bytes) {
+  int rank = 0, size = 0;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  std::vector<int> send(count), recv(count * static_cast<std::size_t>(size), -1);
+  for (std::size_t i = 0; i < count; ++i) send[i] = block_value(rank, 0, i);
+  const void* sendbuf = send.data();
+  if (in_place) {
+    std::copy(send.begin(), send.end(), recv.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(rank) * count));
+    sendbuf = MPI_IN_PLACE;
+  }
+  // as_bytes: the send side says MPI_BYTE, the receive side MPI_INT (same bytes).
+  const int rc = MPI_Allgather(sendbuf, static_cast<int>(count * (as_bytes ? sizeof(int) : 1)),
+                               as_bytes ? MPI_BYTE : MPI_INT, recv.data(), static_cast<int>(count),
+                               MPI_INT, comm);
+  ++checked_calls;
+  const std::string where = where_of("MPI_Allgather", count, as_bytes ? "MPI_BYTE to MPI_INT" : "MPI_INT", size,
+                                     in_place ? ", in place" : "");
+  if (rc != MPI_SUCCESS) return fail(where + ": returned an error");
+  for (int r = 0; r < size; ++r)
+    for (std::size_t i = 0; i < count; ++i)
+      if (recv[static_cast<std::size_t>(r) * count + i] != block_value(r, 0, i))
+        return fail(where + ": block " + std::to_string(r) + " differs");
+}
+
+template <class T>
+void check_reduce_scatter_block(MPI_Comm comm, MPI_Datatype type, const char* type_name, Op op,
+                                std::size_t count, bool in_place) {
+  int rank = 0, size = 0;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  const std::size_t p = static_cast<std::size_t>(size);
+  // Block j of rank r: value(r, j * count + i); rank j gets op over r.
+  std::vector<T> send(count * p), recv(count), want(count);
+  for (std::size_t k = 0; k < count * p; ++k) send[k] = value<T>(rank, k, op);
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::size_t k = static_cast<std::size_t>(rank) * count + i;
+    T acc = value<T>(0, k, op);
+    for (int r = 1; r < size; ++r) acc = combine(acc, value<T>(r, k, op), op);
+    want[i] = acc;
+  }
+  int rc;
+  if (in_place) {
+    rc = MPI_Reduce_scatter_block(MPI_IN_PLACE, send.data(), static_cast<int>(count), type, mpi_op(op), comm);
+    std::copy(send.begin(), send.begin() + static_cast<std::ptrdiff_t>(count), recv.begin());
+  } else {
+    rc = MPI_Reduce_scatter_block(send.data(), recv.data(), static_cast<int>(count), type, mpi_op(op), comm);
+  }
+  ++checked_calls;
+  const std::string where = where_of("MPI_Reduce_scatter_block", count, type_name, size,
+                                     in_place ? ", in place" : "") + " " + name(op);
+  if (rc != MPI_SUCCESS) return fail(where + ": returned an error");
+  if (count && std::memcmp(recv.data(), want.data(), count * sizeof(T)) != 0) fail(where + ": wrong block");
+}
+
+void check_alltoall(MPI_Comm comm, std::size_t count) {
+  int rank = 0, size = 0;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  const std::size_t p = static_cast<std::size_t>(size);
+  std::vector<int> send(count * p), recv(count * p, -1);
+  for (int j = 0; j < size; ++j)
+    for (std::size_t i = 0; i < count; ++i) send[static_cast<std::size_t>(j) * count + i] = block_value(rank, j, i);
+  const int rc = MPI_Alltoall(send.data(), static_cast<int>(count), MPI_INT, recv.data(),
+                              static_cast<int>(count), MPI_INT, comm);
+  ++checked_calls;
+  const std::string where = where_of("MPI_Alltoall", count, "MPI_INT", size);
+  if (rc != MPI_SUCCESS) return fail(where + ": returned an error");
+  for (int j = 0; j < size; ++j)
+    for (std::size_t i = 0; i < count; ++i)
+      if (recv[static_cast<std::size_t>(j) * count + i] != block_value(j, rank, i))
+        return fail(where + ": block from " + std::to_string(j) + " differs");
+}
+
+void sweep_other_collectives(MPI_Comm comm) {
+  for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{1000}, std::size_t{70000}}) {
+    check_bcast<int>(comm, MPI_INT, "MPI_INT", count);
+    check_bcast<double>(comm, MPI_DOUBLE, "MPI_DOUBLE", count);
+    check_bcast<short>(comm, MPI_SHORT, "MPI_SHORT", count);  // moved as bytes
+    check_reduce<float>(comm, MPI_FLOAT, "MPI_FLOAT", Op::sum, count, false);
+    check_reduce<std::int8_t>(comm, MPI_INT8_T, "MPI_INT8_T", Op::sum, count, true);
+    check_reduce<int>(comm, MPI_INT, "MPI_INT", Op::max, count, true);
+    check_reduce<short>(comm, MPI_SHORT, "MPI_SHORT", Op::sum, count, false);  // passes through
+    for (bool in_place : {false, true}) {
+      check_allgather(comm, count, in_place, false);
+      check_reduce_scatter_block<float>(comm, MPI_FLOAT, "MPI_FLOAT", Op::sum, count, in_place);
+      check_reduce_scatter_block<std::uint64_t>(comm, MPI_UINT64_T, "MPI_UINT64_T", Op::bxor, count, in_place);
+    }
+    check_allgather(comm, count, false, true);
+    check_alltoall(comm, count);
+    if (MPI_Barrier(comm) != MPI_SUCCESS) fail("MPI_Barrier returned an error");
+    ++checked_calls;
+  }
+}
+
 // A derived datatype and a user-defined op must pass through to MPI.
 void pair_sum(void* in, void* inout, int* len, MPI_Datatype*) {
   auto* a = static_cast<int*>(in);
@@ -255,6 +410,7 @@ int main(int argc, char** argv) {
   }
 
   sweep(MPI_COMM_WORLD);
+  sweep_other_collectives(MPI_COMM_WORLD);
   // Halves in reverse order (ranks of the split differ from the world's),
   // and a dup: each gets communicators of its own.
   MPI_Comm half, dup;
@@ -262,6 +418,8 @@ int main(int argc, char** argv) {
   MPI_Comm_dup(MPI_COMM_WORLD, &dup);
   sweep(half);
   sweep(dup);
+  sweep_other_collectives(half);
+  sweep_other_collectives(dup);
   check_derived_and_user_op(MPI_COMM_WORLD);
   MPI_Comm_free(&half);
   MPI_Comm_free(&dup);
