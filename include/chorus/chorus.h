@@ -128,8 +128,46 @@ CHORUS_C_API chorus_result_t chorus_reduce_scatter(const void* sendbuf, void* re
 CHORUS_C_API chorus_result_t chorus_alltoall(const void* sendbuf, void* recvbuf,
                                              size_t count_per_rank, chorus_datatype_t datatype,
                                              chorus_comm_t comm);
+/* Root's recvbuf (size blocks of count; may be NULL elsewhere) gets rank j's
+ * sendbuf in block j. */
+CHORUS_C_API chorus_result_t chorus_gather(const void* sendbuf, void* recvbuf, size_t count,
+                                           chorus_datatype_t datatype, int root,
+                                           chorus_comm_t comm);
+/* Block j of root's sendbuf (may be NULL elsewhere) goes to rank j's recvbuf. */
+CHORUS_C_API chorus_result_t chorus_scatter(const void* sendbuf, void* recvbuf, size_t count,
+                                            chorus_datatype_t datatype, int root,
+                                            chorus_comm_t comm);
 /* Returns once every rank has called it. */
 CHORUS_C_API chorus_result_t chorus_barrier(chorus_comm_t comm);
+
+/* The v-forms: counts and displs are arrays of `size` elements counts and
+ * offsets (in elements); displs NULL means blocks back to back in rank
+ * order. gatherv's recv arrays and scatterv's send arrays are read at the
+ * root only (NULL elsewhere). */
+/* recvbuf's block j (counts[j] at displs[j]) gets rank j's sendbuf of
+ * counts[rank] elements; every rank passes the same counts. */
+CHORUS_C_API chorus_result_t chorus_allgatherv(const void* sendbuf, void* recvbuf,
+                                               const size_t* counts, const size_t* displs,
+                                               chorus_datatype_t datatype, chorus_comm_t comm);
+/* sendbuf holds size blocks back to back, recvcounts[j] each; recvbuf gets
+ * block `rank` reduced over all ranks (MPI_Reduce_scatter). */
+CHORUS_C_API chorus_result_t chorus_reduce_scatter_v(const void* sendbuf, void* recvbuf,
+                                                     const size_t* recvcounts,
+                                                     chorus_datatype_t datatype,
+                                                     chorus_redop_t op, chorus_comm_t comm);
+/* sendbuf's block j goes to rank j, into its recvbuf's block `rank`. */
+CHORUS_C_API chorus_result_t chorus_alltoallv(const void* sendbuf, const size_t* sendcounts,
+                                              const size_t* sdispls, void* recvbuf,
+                                              const size_t* recvcounts, const size_t* rdispls,
+                                              chorus_datatype_t datatype, chorus_comm_t comm);
+CHORUS_C_API chorus_result_t chorus_gatherv(const void* sendbuf, size_t sendcount, void* recvbuf,
+                                            const size_t* recvcounts, const size_t* displs,
+                                            chorus_datatype_t datatype, int root,
+                                            chorus_comm_t comm);
+CHORUS_C_API chorus_result_t chorus_scatterv(const void* sendbuf, const size_t* sendcounts,
+                                             const size_t* displs, void* recvbuf,
+                                             size_t recvcount, chorus_datatype_t datatype,
+                                             int root, chorus_comm_t comm);
 
 #ifdef __cplusplus
 }

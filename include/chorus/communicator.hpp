@@ -179,6 +179,20 @@ class CHORUS_API Communicator {
   Work allgather_async(const void* send, void* recv, std::size_t count, DataType type,
                        const CallOptions& options = {});
 
+  // ---- v-forms: per-rank counts and displacements (in elements) ----
+  // counts and displs have size() entries; empty displs mean blocks back to
+  // back in rank order. They are copied: async calls do not keep them.
+
+  // recv's block j (counts[j] elements at displs[j]) gets rank j's send of
+  // counts[rank()] elements. Every rank passes the same counts (checked).
+  // In place when send == recv + displs[rank()] elements.
+  void allgatherv(const void* send, void* recv, std::span<const std::size_t> counts,
+                  std::span<const std::size_t> displs, DataType type,
+                  const CallOptions& options = {});
+  Work allgatherv_async(const void* send, void* recv, std::span<const std::size_t> counts,
+                        std::span<const std::size_t> displs, DataType type,
+                        const CallOptions& options = {});
+
   // send holds size() blocks of count; recv (count elements) gets block
   // rank() reduced over all ranks (MPI_Reduce_scatter_block). In place when
   // recv == send + rank() * count elements.
@@ -187,11 +201,69 @@ class CHORUS_API Communicator {
   Work reduce_scatter_async(const void* send, void* recv, std::size_t count, DataType type,
                             ReduceOp op, const CallOptions& options = {});
 
+  // send holds size() blocks back to back, counts[j] elements each; recv
+  // (counts[rank()] elements) gets block rank() reduced over all ranks
+  // (MPI_Reduce_scatter). Every rank passes the same counts (checked). In
+  // place when recv is this rank's block of send.
+  void reduce_scatter_v(const void* send, void* recv, std::span<const std::size_t> counts,
+                        DataType type, ReduceOp op, const CallOptions& options = {});
+  Work reduce_scatter_v_async(const void* send, void* recv, std::span<const std::size_t> counts,
+                              DataType type, ReduceOp op, const CallOptions& options = {});
+
   // Block j (count elements) of send goes to rank j, into block rank() of
   // its recv. send and recv must not overlap.
   void alltoall(const void* send, void* recv, std::size_t count, DataType type,
                 const CallOptions& options = {});
   Work alltoall_async(const void* send, void* recv, std::size_t count, DataType type,
+                      const CallOptions& options = {});
+
+  // send's block j (send_counts[j] at send_displs[j]) goes to rank j, into
+  // its recv's block rank(); recv_counts[j] must equal what rank j sends
+  // here (a shorter message is mismatched_collective on the receiver, a
+  // longer one a truncation error). send and recv must not overlap.
+  void alltoallv(const void* send, std::span<const std::size_t> send_counts,
+                 std::span<const std::size_t> send_displs, void* recv,
+                 std::span<const std::size_t> recv_counts,
+                 std::span<const std::size_t> recv_displs, DataType type,
+                 const CallOptions& options = {});
+  Work alltoallv_async(const void* send, std::span<const std::size_t> send_counts,
+                       std::span<const std::size_t> send_displs, void* recv,
+                       std::span<const std::size_t> recv_counts,
+                       std::span<const std::size_t> recv_displs, DataType type,
+                       const CallOptions& options = {});
+
+  // The root's recv (size() blocks of count; ignored elsewhere, may be null)
+  // gets rank j's send in block j. In place at the root when send == recv +
+  // root * count elements.
+  void gather(const void* send, void* recv, std::size_t count, DataType type, int root,
+              const CallOptions& options = {});
+  Work gather_async(const void* send, void* recv, std::size_t count, DataType type, int root,
+                    const CallOptions& options = {});
+  // Rank j sends send_count elements; the root's recv gets them as block j
+  // (recv_counts[j] at recv_displs[j]; both significant at the root only).
+  void gatherv(const void* send, std::size_t send_count, void* recv,
+               std::span<const std::size_t> recv_counts, std::span<const std::size_t> recv_displs,
+               DataType type, int root, const CallOptions& options = {});
+  Work gatherv_async(const void* send, std::size_t send_count, void* recv,
+                     std::span<const std::size_t> recv_counts,
+                     std::span<const std::size_t> recv_displs, DataType type, int root,
+                     const CallOptions& options = {});
+
+  // Block j (count elements) of the root's send (ignored elsewhere, may be
+  // null) goes to rank j's recv. In place at the root when recv == send +
+  // root * count elements.
+  void scatter(const void* send, void* recv, std::size_t count, DataType type, int root,
+               const CallOptions& options = {});
+  Work scatter_async(const void* send, void* recv, std::size_t count, DataType type, int root,
+                     const CallOptions& options = {});
+  // Block j of the root's send (send_counts[j] at send_displs[j]; both
+  // significant at the root only) goes to rank j's recv of recv_count.
+  void scatterv(const void* send, std::span<const std::size_t> send_counts,
+                std::span<const std::size_t> send_displs, void* recv, std::size_t recv_count,
+                DataType type, int root, const CallOptions& options = {});
+  Work scatterv_async(const void* send, std::span<const std::size_t> send_counts,
+                      std::span<const std::size_t> send_displs, void* recv,
+                      std::size_t recv_count, DataType type, int root,
                       const CallOptions& options = {});
 
   // Returns once every rank has called it.

@@ -49,6 +49,18 @@ chorus_result_t null_comm(const char* function) {
   return chorus_invalid_argument;
 }
 
+// A C array of one entry per rank; NULL is an empty span, an error when
+// `required` (the message names the array).
+std::span<const std::size_t> per_rank(const size_t* array, int size, const char* name,
+                                      bool required) {
+  if (array == nullptr) {
+    if (required)
+      throw chorus::Error(chorus::ErrorCode::invalid_argument, std::string(name) + " is NULL");
+    return {};
+  }
+  return {array, static_cast<std::size_t>(size)};
+}
+
 template <class Make>
 chorus_result_t init(chorus_comm_t* comm, Make&& make) noexcept {
   if (comm == nullptr) {
@@ -197,6 +209,87 @@ chorus_result_t chorus_alltoall(const void* sendbuf, void* recvbuf, size_t count
   return guarded(comm->last_error, [&] {
     comm->communicator.alltoall(sendbuf, recvbuf, count_per_rank,
                                 static_cast<chorus::DataType>(datatype));
+  });
+}
+
+chorus_result_t chorus_gather(const void* sendbuf, void* recvbuf, size_t count,
+                              chorus_datatype_t datatype, int root, chorus_comm_t comm) {
+  if (comm == nullptr) return null_comm("chorus_gather");
+  return guarded(comm->last_error, [&] {
+    comm->communicator.gather(sendbuf, recvbuf, count, static_cast<chorus::DataType>(datatype), root);
+  });
+}
+
+chorus_result_t chorus_scatter(const void* sendbuf, void* recvbuf, size_t count,
+                               chorus_datatype_t datatype, int root, chorus_comm_t comm) {
+  if (comm == nullptr) return null_comm("chorus_scatter");
+  return guarded(comm->last_error, [&] {
+    comm->communicator.scatter(sendbuf, recvbuf, count, static_cast<chorus::DataType>(datatype), root);
+  });
+}
+
+chorus_result_t chorus_allgatherv(const void* sendbuf, void* recvbuf, const size_t* counts,
+                                  const size_t* displs, chorus_datatype_t datatype,
+                                  chorus_comm_t comm) {
+  if (comm == nullptr) return null_comm("chorus_allgatherv");
+  return guarded(comm->last_error, [&] {
+    const int p = comm->communicator.size();
+    comm->communicator.allgatherv(sendbuf, recvbuf, per_rank(counts, p, "chorus_allgatherv: counts", true),
+                                  per_rank(displs, p, "chorus_allgatherv: displs", false),
+                                  static_cast<chorus::DataType>(datatype));
+  });
+}
+
+chorus_result_t chorus_reduce_scatter_v(const void* sendbuf, void* recvbuf,
+                                        const size_t* recvcounts, chorus_datatype_t datatype,
+                                        chorus_redop_t op, chorus_comm_t comm) {
+  if (comm == nullptr) return null_comm("chorus_reduce_scatter_v");
+  return guarded(comm->last_error, [&] {
+    comm->communicator.reduce_scatter_v(
+        sendbuf, recvbuf, per_rank(recvcounts, comm->communicator.size(), "recvcounts", true),
+        static_cast<chorus::DataType>(datatype), static_cast<chorus::ReduceOp>(op));
+  });
+}
+
+chorus_result_t chorus_alltoallv(const void* sendbuf, const size_t* sendcounts,
+                                 const size_t* sdispls, void* recvbuf, const size_t* recvcounts,
+                                 const size_t* rdispls, chorus_datatype_t datatype,
+                                 chorus_comm_t comm) {
+  if (comm == nullptr) return null_comm("chorus_alltoallv");
+  return guarded(comm->last_error, [&] {
+    const int p = comm->communicator.size();
+    comm->communicator.alltoallv(sendbuf, per_rank(sendcounts, p, "chorus_alltoallv: sendcounts", true),
+                                 per_rank(sdispls, p, "chorus_alltoallv: sdispls", false), recvbuf,
+                                 per_rank(recvcounts, p, "chorus_alltoallv: recvcounts", true),
+                                 per_rank(rdispls, p, "chorus_alltoallv: rdispls", false),
+                                 static_cast<chorus::DataType>(datatype));
+  });
+}
+
+chorus_result_t chorus_gatherv(const void* sendbuf, size_t sendcount, void* recvbuf,
+                               const size_t* recvcounts, const size_t* displs,
+                               chorus_datatype_t datatype, int root, chorus_comm_t comm) {
+  if (comm == nullptr) return null_comm("chorus_gatherv");
+  return guarded(comm->last_error, [&] {
+    const int p = comm->communicator.size();
+    const bool at_root = comm->communicator.rank() == root;
+    comm->communicator.gatherv(sendbuf, sendcount, recvbuf,
+                               per_rank(recvcounts, p, "chorus_gatherv: recvcounts", at_root),
+                               per_rank(displs, p, "chorus_gatherv: displs", false),
+                               static_cast<chorus::DataType>(datatype), root);
+  });
+}
+
+chorus_result_t chorus_scatterv(const void* sendbuf, const size_t* sendcounts,
+                                const size_t* displs, void* recvbuf, size_t recvcount,
+                                chorus_datatype_t datatype, int root, chorus_comm_t comm) {
+  if (comm == nullptr) return null_comm("chorus_scatterv");
+  return guarded(comm->last_error, [&] {
+    const int p = comm->communicator.size();
+    const bool at_root = comm->communicator.rank() == root;
+    comm->communicator.scatterv(sendbuf, per_rank(sendcounts, p, "chorus_scatterv: sendcounts", at_root),
+                                per_rank(displs, p, "chorus_scatterv: displs", false), recvbuf, recvcount,
+                                static_cast<chorus::DataType>(datatype), root);
   });
 }
 

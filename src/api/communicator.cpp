@@ -216,10 +216,11 @@ Call Communicator::Impl::make_allreduce(const void* send, void* recv, std::size_
   return call;
 }
 
-Call Communicator::Impl::make_call(coll::CollectiveKind kind, const void* send, void* recv,
-                                   std::size_t count, DataType type, ReduceOp op, int root,
+Call Communicator::Impl::make_call(coll::CollectiveKind kind, const CallArgs& a,
                                    const CallOptions& options) {
+  using coll::BlockLayout;
   using coll::CollectiveKind;
+  using coll::Method;
   const std::string_view name = coll::to_string(kind);
   auto bad = [&](const std::string& why) {
     return Error(ErrorCode::invalid_argument, fmt::format("{}: {}", name, why));
@@ -230,88 +231,236 @@ Call Communicator::Impl::make_call(coll::CollectiveKind kind, const void* send, 
   const int p = transport->size(), me = transport->rank();
   Call call{};
   call.kind = kind;
-  call.send = send;
-  call.recv = recv;
-  call.count = count;
-  call.type = type;
-  call.op = op;
+  call.send = a.send;
+  call.recv = a.recv;
+  call.count = a.count;
+  call.type = a.type;
+  call.op = a.op;
   call.signature.kind = static_cast<std::uint8_t>(kind);
-  auto method = [&](coll::Method m) { call.signature.algorithm = static_cast<std::uint8_t>(m); };
+  auto method = [&](Method m) { call.signature.algorithm = static_cast<std::uint8_t>(m); };
   if (kind == CollectiveKind::barrier) {
     call.count = 0;
-    method(coll::Method::dissemination);
+    method(Method::dissemination);
     return call;
   }
-  if (!is_valid(type))
-    throw bad(fmt::format("datatype {} is not a chorus::DataType", static_cast<int>(type)));
+  if (!is_valid(a.type))
+    throw bad(fmt::format("datatype {} is not a chorus::DataType", static_cast<int>(a.type)));
   if (coll::reduces(kind)) {
-    if (!is_valid(op)) throw bad(fmt::format("op {} is not a chorus::ReduceOp", static_cast<int>(op)));
-    if (!is_supported(type, op))
-      throw bad(fmt::format("op {} is not defined for {}", to_string(op), to_string(type)));
+    if (!is_valid(a.op)) throw bad(fmt::format("op {} is not a chorus::ReduceOp", static_cast<int>(a.op)));
+    if (!is_supported(a.type, a.op))
+      throw bad(fmt::format("op {} is not defined for {}", to_string(a.op), to_string(a.type)));
   } else {
     call.op = ReduceOp::sum;  // not part of the call: kept out of the signature
   }
-  const bool rooted = kind == CollectiveKind::broadcast || kind == CollectiveKind::reduce;
-  if (rooted && (root < 0 || root >= p))
-    throw bad(fmt::format("root {} is not a rank of this communicator (0..{})", root, p - 1));
-  // Buffers of size() blocks: allgather's recv, reduce_scatter's send and
-  // alltoall's both.
-  const std::size_t esize = size_of(type);
-  const auto blocks = static_cast<std::size_t>(p);
-  if (count > std::numeric_limits<std::size_t>::max() / esize / blocks)
-    throw bad(fmt::format("count {} of {} on {} ranks overflows the address space", count,
-                          to_string(type), p));
-  const std::size_t block = count * esize, all = block * blocks;
+  const bool rooted = kind == CollectiveKind::broadcast || kind == CollectiveKind::reduce ||
+                      kind == CollectiveKind::gather || kind == CollectiveKind::gatherv ||
+                      kind == CollectiveKind::scatter || kind == CollectiveKind::scatterv;
+  if (rooted && (a.root < 0 || a.root >= p))
+    throw bad(fmt::format("root {} is not a rank of this communicator (0..{})", a.root, p - 1));
+  const bool at_root = me == a.root;
+  const std::size_t esize = size_of(a.type);
+  const auto ranks = static_cast<std::size_t>(p);
+  constexpr std::size_t kMax = std::numeric_limits<std::size_t>::max();
+  // `count` times p must fit (the uniform forms' buffers of p blocks).
+  if (a.count > kMax / esize / ranks)
+    throw bad(fmt::format("count {} of {} on {} ranks overflows the address space", a.count,
+                          to_string(a.type), p));
+  const std::size_t block = a.count * esize, all = block * ranks;
   auto need = [&](const void* buffer, const char* what, std::size_t bytes) {
     if (bytes > 0 && buffer == nullptr)
-      throw bad(fmt::format("{} is null but count is {}", what, count));
+      throw bad(fmt::format("{} is null but holds {} bytes", what, bytes));
   };
-  const auto* send_bytes = static_cast<const std::byte*>(send);
-  auto* recv_bytes = static_cast<std::byte*>(recv);
+  // `part` must be `slot` (in place) or lie apart from `whole`.
+  auto slot_or_apart = [&](const void* part, std::size_t part_bytes, const void* whole,
+                           std::size_t whole_bytes, const void* slot, const char* rule) {
+    if (part != slot && overlaps(part, part_bytes, whole, whole_bytes)) throw bad(rule);
+  };
+  // A v-form's counts and displacements: p entries each (no displacements:
+  // blocks back to back); sets `extent` to the bytes the blocks span.
+  auto layout = [&](std::span<const std::size_t> counts, std::span<const std::size_t> displs,
+                    const char* counts_name, const char* displs_name, std::size_t& extent) {
+    if (counts.size() != ranks)
+      throw bad(fmt::format("{} has {} entries for {} ranks", counts_name, counts.size(), p));
+    if (!displs.empty() && displs.size() != ranks)
+      throw bad(fmt::format("{} has {} entries for {} ranks (or give none: blocks back to back)",
+                            displs_name, displs.size(), p));
+    BlockLayout blocks = displs.empty() ? BlockLayout::packed(counts) : BlockLayout{};
+    if (!displs.empty()) {
+      blocks.counts.assign(counts.begin(), counts.end());
+      blocks.displs.assign(displs.begin(), displs.end());
+    }
+    extent = 0;
+    std::size_t total = 0;
+    for (std::size_t j = 0; j < ranks; ++j) {
+      const std::size_t n = blocks.counts[j], at = blocks.displs[j];
+      if (n > kMax / esize || at > kMax / esize - n || total > kMax / esize - n)
+        throw bad(fmt::format("{}[{}] = {} at {} of {} overflows the address space", counts_name,
+                              j, n, at, to_string(a.type)));
+      total += n;
+      if (n > 0) extent = std::max(extent, (at + n) * esize);
+    }
+    return blocks;
+  };
+  // Ranks must pass the same counts to allgatherv and reduce_scatter_v: the
+  // call check compares their hash.
+  auto sign_counts = [&](const std::vector<std::size_t>& counts) {
+    std::uint64_t hash = 1469598103934665603ull, total = 0;  // FNV-1a
+    for (std::size_t n : counts) {
+      total += n;
+      for (int byte = 0; byte < 8; ++byte) hash = (hash ^ ((n >> (8 * byte)) & 0xFF)) * 1099511628211ull;
+    }
+    call.signature.count = total;
+    call.signature.layout = hash == 0 ? 1 : hash;
+  };
+  const auto* send_bytes = static_cast<const std::byte*>(a.send);
+  auto* recv_bytes = static_cast<std::byte*>(a.recv);
   const std::size_t my_block = static_cast<std::size_t>(me) * block;
+  const std::size_t root_block = static_cast<std::size_t>(std::max(a.root, 0)) * block;
+  call.signature.count = a.count;
   switch (kind) {
     case CollectiveKind::broadcast:
-      need(recv, "buffer", block);
-      call.send = recv;
+      need(a.recv, "buffer", block);
+      call.send = a.recv;
       method(coll::broadcast_method(block, p));
       break;
     case CollectiveKind::reduce:
-      need(send, "send buffer", block);
-      if (me == root) need(recv, "recv buffer (at the root)", block);
-      if (me == root && send != recv && overlaps(send, block, recv, block))
+      need(a.send, "send buffer", block);
+      if (at_root) need(a.recv, "recv buffer (at the root)", block);
+      if (at_root && a.send != a.recv && overlaps(a.send, block, a.recv, block))
         throw bad("send and recv buffers overlap without being the same (in place means send == recv)");
-      method(coll::Method::binomial_tree);
+      method(coll::reduce_method(block, p));
       break;
     case CollectiveKind::allgather:
-      need(send, "send buffer", block);
-      need(recv, "recv buffer", all);
-      if (send_bytes != recv_bytes + my_block && overlaps(send, block, recv, all))
-        throw bad("send overlaps recv without being this rank's block of it (in place means "
-                  "send == recv + rank * count)");
-      method(coll::Method::ring);
+      need(a.send, "send buffer", block);
+      need(a.recv, "recv buffer", all);
+      slot_or_apart(a.send, block, a.recv, all, recv_bytes + my_block,
+                    "send overlaps recv without being this rank's block of it (in place means "
+                    "send == recv + rank * count)");
+      method(coll::allgather_method(block, p));
       break;
+    case CollectiveKind::allgatherv: {
+      std::size_t extent = 0;
+      call.recv_blocks = layout(a.recv_counts, a.recv_displs, "recv_counts", "recv_displs", extent);
+      const std::size_t mine = call.recv_blocks.bytes(me, esize);
+      need(a.send, "send buffer", mine);
+      need(a.recv, "recv buffer", extent);
+      slot_or_apart(a.send, mine, a.recv, extent, recv_bytes + call.recv_blocks.offset(me, esize),
+                    "send overlaps recv without being this rank's block of it (in place means "
+                    "send == recv + recv_displs[rank])");
+      call.count = call.recv_blocks.counts[static_cast<std::size_t>(me)];
+      sign_counts(call.recv_blocks.counts);
+      method(Method::ring);
+      break;
+    }
     case CollectiveKind::reduce_scatter:
-      need(send, "send buffer", all);
-      need(recv, "recv buffer", block);
-      if (recv_bytes != send_bytes + my_block && overlaps(send, all, recv, block))
-        throw bad("recv overlaps send without being this rank's block of it (in place means "
-                  "recv == send + rank * count)");
-      method(coll::Method::ring);
+      need(a.send, "send buffer", all);
+      need(a.recv, "recv buffer", block);
+      slot_or_apart(a.recv, block, a.send, all, send_bytes + my_block,
+                    "recv overlaps send without being this rank's block of it (in place means "
+                    "recv == send + rank * count)");
+      method(Method::ring);
       break;
+    case CollectiveKind::reduce_scatter_v: {
+      std::size_t extent = 0;
+      call.recv_blocks = layout(a.recv_counts, {}, "recv_counts", "", extent);
+      const std::size_t mine = call.recv_blocks.bytes(me, esize);
+      need(a.send, "send buffer", extent);
+      need(a.recv, "recv buffer", mine);
+      slot_or_apart(a.recv, mine, a.send, extent, send_bytes + call.recv_blocks.offset(me, esize),
+                    "recv overlaps send without being this rank's block of it (in place means "
+                    "recv == send + the counts of the ranks before this one)");
+      sign_counts(call.recv_blocks.counts);
+      call.count = static_cast<std::size_t>(call.signature.count);
+      method(Method::ring);
+      break;
+    }
     case CollectiveKind::alltoall:
-      need(send, "send buffer", all);
-      need(recv, "recv buffer", all);
-      if (overlaps(send, all, recv, all)) throw bad("send and recv buffers overlap");
-      method(coll::Method::pairwise);
+      need(a.send, "send buffer", all);
+      need(a.recv, "recv buffer", all);
+      if (overlaps(a.send, all, a.recv, all)) throw bad("send and recv buffers overlap");
+      method(Method::pairwise);
+      break;
+    case CollectiveKind::alltoallv: {
+      std::size_t send_extent = 0, recv_extent = 0;
+      call.send_blocks = layout(a.send_counts, a.send_displs, "send_counts", "send_displs", send_extent);
+      call.recv_blocks = layout(a.recv_counts, a.recv_displs, "recv_counts", "recv_displs", recv_extent);
+      need(a.send, "send buffer", send_extent);
+      need(a.recv, "recv buffer", recv_extent);
+      if (overlaps(a.send, send_extent, a.recv, recv_extent)) throw bad("send and recv buffers overlap");
+      const auto self = static_cast<std::size_t>(me);
+      if (call.send_blocks.counts[self] != call.recv_blocks.counts[self])
+        throw bad(fmt::format("rank {} sends itself {} elements (send_counts[{}]) but expects {} "
+                              "(recv_counts[{}])",
+                              me, call.send_blocks.counts[self], me, call.recv_blocks.counts[self], me));
+      call.count = 0;
+      for (std::size_t n : call.send_blocks.counts) call.count += n;
+      call.signature.count = 0;  // counts differ per rank: checked message by message
+      method(Method::pairwise);
+      break;
+    }
+    case CollectiveKind::gather:
+      need(a.send, "send buffer", block);
+      if (at_root) {
+        need(a.recv, "recv buffer (at the root)", all);
+        slot_or_apart(a.send, block, a.recv, all, recv_bytes + root_block,
+                      "send overlaps recv without being the root's block of it (in place means "
+                      "send == recv + root * count)");
+        call.recv_blocks = BlockLayout::uniform(p, a.count);
+      }
+      method(Method::linear);
+      break;
+    case CollectiveKind::gatherv:
+      need(a.send, "send buffer", block);
+      call.signature.count = 0;  // counts differ per rank: checked message by message
+      if (at_root) {
+        std::size_t extent = 0;
+        call.recv_blocks = layout(a.recv_counts, a.recv_displs, "recv_counts", "recv_displs", extent);
+        need(a.recv, "recv buffer (at the root)", extent);
+        const auto self = static_cast<std::size_t>(me);
+        if (call.recv_blocks.counts[self] != a.count)
+          throw bad(fmt::format("the root sends {} elements but expects {} from itself "
+                                "(recv_counts[{}])", a.count, call.recv_blocks.counts[self], me));
+        slot_or_apart(a.send, block, a.recv, extent, recv_bytes + call.recv_blocks.offset(me, esize),
+                      "send overlaps recv without being the root's block of it (in place means "
+                      "send == recv + recv_displs[root])");
+      }
+      method(Method::linear);
+      break;
+    case CollectiveKind::scatter:
+      need(a.recv, "recv buffer", block);
+      if (at_root) {
+        need(a.send, "send buffer (at the root)", all);
+        slot_or_apart(a.recv, block, a.send, all, send_bytes + root_block,
+                      "recv overlaps send without being the root's block of it (in place means "
+                      "recv == send + root * count)");
+        call.send_blocks = BlockLayout::uniform(p, a.count);
+      }
+      method(Method::linear);
+      break;
+    case CollectiveKind::scatterv:
+      need(a.recv, "recv buffer", block);
+      call.signature.count = 0;  // counts differ per rank: checked message by message
+      if (at_root) {
+        std::size_t extent = 0;
+        call.send_blocks = layout(a.send_counts, a.send_displs, "send_counts", "send_displs", extent);
+        need(a.send, "send buffer (at the root)", extent);
+        const auto self = static_cast<std::size_t>(me);
+        if (call.send_blocks.counts[self] != a.count)
+          throw bad(fmt::format("the root sends itself {} elements (send_counts[{}]) but expects {}",
+                                call.send_blocks.counts[self], me, a.count));
+        slot_or_apart(a.recv, block, a.send, extent, send_bytes + call.send_blocks.offset(me, esize),
+                      "recv overlaps send without being the root's block of it (in place means "
+                      "recv == send + send_displs[root])");
+      }
+      method(Method::linear);
       break;
     default:
       throw bad("not a collective of make_call");
   }
-  call.root = rooted ? root : -1;
+  call.root = rooted ? a.root : -1;
   call.signature.root = call.root;
-  call.signature.datatype = static_cast<std::uint8_t>(type);
+  call.signature.datatype = static_cast<std::uint8_t>(a.type);
   call.signature.op = static_cast<std::uint8_t>(call.op);
-  call.signature.count = count;
   return call;
 }
 
@@ -328,10 +477,26 @@ void Communicator::Impl::run_algorithm(const coll::Collective& c, const Call& ca
                                   call.root);
     case CollectiveKind::allgather:
       return coll::allgather(c, call.send, call.recv, call.count, call.type);
+    case CollectiveKind::allgatherv:
+      return coll::allgatherv(c, call.send, call.recv, call.recv_blocks, call.type);
     case CollectiveKind::reduce_scatter:
       return coll::reduce_scatter(c, call.send, call.recv, call.count, call.type, call.op);
+    case CollectiveKind::reduce_scatter_v:
+      return coll::reduce_scatter_v(c, call.send, call.recv, call.recv_blocks.counts, call.type,
+                                    call.op);
     case CollectiveKind::alltoall:
       return coll::alltoall(c, call.send, call.recv, call.count, call.type);
+    case CollectiveKind::alltoallv:
+      return coll::alltoallv(c, call.send, call.send_blocks, call.recv, call.recv_blocks,
+                             call.type);
+    case CollectiveKind::gather:
+    case CollectiveKind::gatherv:
+      return coll::gatherv(c, call.send, call.count, call.recv, call.recv_blocks, call.type,
+                           call.root);
+    case CollectiveKind::scatter:
+    case CollectiveKind::scatterv:
+      return coll::scatterv(c, call.send, call.send_blocks, call.recv, call.count, call.type,
+                            call.root);
     case CollectiveKind::barrier:
       return coll::barrier(c);
   }
@@ -598,61 +763,216 @@ using coll::CollectiveKind;
 
 void Communicator::broadcast(void* buffer, std::size_t count, DataType type, int root,
                              const CallOptions& options) {
-  impl_->submit(impl_->make_call(CollectiveKind::broadcast, nullptr, buffer, count, type, {}, root, options));
+  impl_->submit(impl_->make_call(CollectiveKind::broadcast,
+                                 {.recv = buffer, .count = count, .type = type, .root = root}, options));
 }
 Work Communicator::broadcast_async(void* buffer, std::size_t count, DataType type, int root,
                                    const CallOptions& options) {
-  return impl_->submit_async(
-      impl_->make_call(CollectiveKind::broadcast, nullptr, buffer, count, type, {}, root, options));
+  return impl_->submit_async(impl_->make_call(
+      CollectiveKind::broadcast, {.recv = buffer, .count = count, .type = type, .root = root}, options));
 }
 
 void Communicator::reduce(const void* send, void* recv, std::size_t count, DataType type,
                           ReduceOp op, int root, const CallOptions& options) {
-  impl_->submit(impl_->make_call(CollectiveKind::reduce, send, recv, count, type, op, root, options));
+  impl_->submit(impl_->make_call(
+      CollectiveKind::reduce,
+      {.send = send, .recv = recv, .count = count, .type = type, .op = op, .root = root}, options));
 }
 Work Communicator::reduce_async(const void* send, void* recv, std::size_t count, DataType type,
                                 ReduceOp op, int root, const CallOptions& options) {
-  return impl_->submit_async(
-      impl_->make_call(CollectiveKind::reduce, send, recv, count, type, op, root, options));
+  return impl_->submit_async(impl_->make_call(
+      CollectiveKind::reduce,
+      {.send = send, .recv = recv, .count = count, .type = type, .op = op, .root = root}, options));
 }
 
 void Communicator::allgather(const void* send, void* recv, std::size_t count, DataType type,
                              const CallOptions& options) {
-  impl_->submit(impl_->make_call(CollectiveKind::allgather, send, recv, count, type, {}, -1, options));
+  impl_->submit(impl_->make_call(CollectiveKind::allgather,
+                                 {.send = send, .recv = recv, .count = count, .type = type}, options));
 }
 Work Communicator::allgather_async(const void* send, void* recv, std::size_t count, DataType type,
                                    const CallOptions& options) {
-  return impl_->submit_async(
-      impl_->make_call(CollectiveKind::allgather, send, recv, count, type, {}, -1, options));
+  return impl_->submit_async(impl_->make_call(
+      CollectiveKind::allgather, {.send = send, .recv = recv, .count = count, .type = type}, options));
+}
+
+void Communicator::allgatherv(const void* send, void* recv, std::span<const std::size_t> counts,
+                              std::span<const std::size_t> displs, DataType type,
+                              const CallOptions& options) {
+  impl_->submit(impl_->make_call(
+      CollectiveKind::allgatherv,
+      {.send = send, .recv = recv, .type = type, .recv_counts = counts, .recv_displs = displs},
+      options));
+}
+Work Communicator::allgatherv_async(const void* send, void* recv,
+                                    std::span<const std::size_t> counts,
+                                    std::span<const std::size_t> displs, DataType type,
+                                    const CallOptions& options) {
+  return impl_->submit_async(impl_->make_call(
+      CollectiveKind::allgatherv,
+      {.send = send, .recv = recv, .type = type, .recv_counts = counts, .recv_displs = displs},
+      options));
 }
 
 void Communicator::reduce_scatter(const void* send, void* recv, std::size_t count, DataType type,
                                   ReduceOp op, const CallOptions& options) {
-  impl_->submit(
-      impl_->make_call(CollectiveKind::reduce_scatter, send, recv, count, type, op, -1, options));
+  impl_->submit(impl_->make_call(CollectiveKind::reduce_scatter,
+                                 {.send = send, .recv = recv, .count = count, .type = type, .op = op},
+                                 options));
 }
 Work Communicator::reduce_scatter_async(const void* send, void* recv, std::size_t count,
                                         DataType type, ReduceOp op, const CallOptions& options) {
-  return impl_->submit_async(
-      impl_->make_call(CollectiveKind::reduce_scatter, send, recv, count, type, op, -1, options));
+  return impl_->submit_async(impl_->make_call(
+      CollectiveKind::reduce_scatter,
+      {.send = send, .recv = recv, .count = count, .type = type, .op = op}, options));
+}
+
+void Communicator::reduce_scatter_v(const void* send, void* recv,
+                                    std::span<const std::size_t> counts, DataType type,
+                                    ReduceOp op, const CallOptions& options) {
+  impl_->submit(impl_->make_call(
+      CollectiveKind::reduce_scatter_v,
+      {.send = send, .recv = recv, .type = type, .op = op, .recv_counts = counts}, options));
+}
+Work Communicator::reduce_scatter_v_async(const void* send, void* recv,
+                                          std::span<const std::size_t> counts, DataType type,
+                                          ReduceOp op, const CallOptions& options) {
+  return impl_->submit_async(impl_->make_call(
+      CollectiveKind::reduce_scatter_v,
+      {.send = send, .recv = recv, .type = type, .op = op, .recv_counts = counts}, options));
 }
 
 void Communicator::alltoall(const void* send, void* recv, std::size_t count, DataType type,
                             const CallOptions& options) {
-  impl_->submit(impl_->make_call(CollectiveKind::alltoall, send, recv, count, type, {}, -1, options));
+  impl_->submit(impl_->make_call(CollectiveKind::alltoall,
+                                 {.send = send, .recv = recv, .count = count, .type = type}, options));
 }
 Work Communicator::alltoall_async(const void* send, void* recv, std::size_t count, DataType type,
                                   const CallOptions& options) {
-  return impl_->submit_async(
-      impl_->make_call(CollectiveKind::alltoall, send, recv, count, type, {}, -1, options));
+  return impl_->submit_async(impl_->make_call(
+      CollectiveKind::alltoall, {.send = send, .recv = recv, .count = count, .type = type}, options));
+}
+
+void Communicator::alltoallv(const void* send, std::span<const std::size_t> send_counts,
+                             std::span<const std::size_t> send_displs, void* recv,
+                             std::span<const std::size_t> recv_counts,
+                             std::span<const std::size_t> recv_displs, DataType type,
+                             const CallOptions& options) {
+  impl_->submit(impl_->make_call(CollectiveKind::alltoallv,
+                                 {.send = send,
+                                  .recv = recv,
+                                  .type = type,
+                                  .send_counts = send_counts,
+                                  .send_displs = send_displs,
+                                  .recv_counts = recv_counts,
+                                  .recv_displs = recv_displs},
+                                 options));
+}
+Work Communicator::alltoallv_async(const void* send, std::span<const std::size_t> send_counts,
+                                   std::span<const std::size_t> send_displs, void* recv,
+                                   std::span<const std::size_t> recv_counts,
+                                   std::span<const std::size_t> recv_displs, DataType type,
+                                   const CallOptions& options) {
+  return impl_->submit_async(impl_->make_call(CollectiveKind::alltoallv,
+                                              {.send = send,
+                                               .recv = recv,
+                                               .type = type,
+                                               .send_counts = send_counts,
+                                               .send_displs = send_displs,
+                                               .recv_counts = recv_counts,
+                                               .recv_displs = recv_displs},
+                                              options));
+}
+
+void Communicator::gather(const void* send, void* recv, std::size_t count, DataType type,
+                          int root, const CallOptions& options) {
+  impl_->submit(impl_->make_call(
+      CollectiveKind::gather,
+      {.send = send, .recv = recv, .count = count, .type = type, .root = root}, options));
+}
+Work Communicator::gather_async(const void* send, void* recv, std::size_t count, DataType type,
+                                int root, const CallOptions& options) {
+  return impl_->submit_async(impl_->make_call(
+      CollectiveKind::gather,
+      {.send = send, .recv = recv, .count = count, .type = type, .root = root}, options));
+}
+
+void Communicator::gatherv(const void* send, std::size_t send_count, void* recv,
+                           std::span<const std::size_t> recv_counts,
+                           std::span<const std::size_t> recv_displs, DataType type, int root,
+                           const CallOptions& options) {
+  impl_->submit(impl_->make_call(CollectiveKind::gatherv,
+                                 {.send = send,
+                                  .recv = recv,
+                                  .count = send_count,
+                                  .type = type,
+                                  .root = root,
+                                  .recv_counts = recv_counts,
+                                  .recv_displs = recv_displs},
+                                 options));
+}
+Work Communicator::gatherv_async(const void* send, std::size_t send_count, void* recv,
+                                 std::span<const std::size_t> recv_counts,
+                                 std::span<const std::size_t> recv_displs, DataType type,
+                                 int root, const CallOptions& options) {
+  return impl_->submit_async(impl_->make_call(CollectiveKind::gatherv,
+                                              {.send = send,
+                                               .recv = recv,
+                                               .count = send_count,
+                                               .type = type,
+                                               .root = root,
+                                               .recv_counts = recv_counts,
+                                               .recv_displs = recv_displs},
+                                              options));
+}
+
+void Communicator::scatter(const void* send, void* recv, std::size_t count, DataType type,
+                           int root, const CallOptions& options) {
+  impl_->submit(impl_->make_call(
+      CollectiveKind::scatter,
+      {.send = send, .recv = recv, .count = count, .type = type, .root = root}, options));
+}
+Work Communicator::scatter_async(const void* send, void* recv, std::size_t count, DataType type,
+                                 int root, const CallOptions& options) {
+  return impl_->submit_async(impl_->make_call(
+      CollectiveKind::scatter,
+      {.send = send, .recv = recv, .count = count, .type = type, .root = root}, options));
+}
+
+void Communicator::scatterv(const void* send, std::span<const std::size_t> send_counts,
+                            std::span<const std::size_t> send_displs, void* recv,
+                            std::size_t recv_count, DataType type, int root,
+                            const CallOptions& options) {
+  impl_->submit(impl_->make_call(CollectiveKind::scatterv,
+                                 {.send = send,
+                                  .recv = recv,
+                                  .count = recv_count,
+                                  .type = type,
+                                  .root = root,
+                                  .send_counts = send_counts,
+                                  .send_displs = send_displs},
+                                 options));
+}
+Work Communicator::scatterv_async(const void* send, std::span<const std::size_t> send_counts,
+                                  std::span<const std::size_t> send_displs, void* recv,
+                                  std::size_t recv_count, DataType type, int root,
+                                  const CallOptions& options) {
+  return impl_->submit_async(impl_->make_call(CollectiveKind::scatterv,
+                                              {.send = send,
+                                               .recv = recv,
+                                               .count = recv_count,
+                                               .type = type,
+                                               .root = root,
+                                               .send_counts = send_counts,
+                                               .send_displs = send_displs},
+                                              options));
 }
 
 void Communicator::barrier(const CallOptions& options) {
-  impl_->submit(impl_->make_call(CollectiveKind::barrier, nullptr, nullptr, 0, {}, {}, -1, options));
+  impl_->submit(impl_->make_call(CollectiveKind::barrier, {}, options));
 }
 Work Communicator::barrier_async(const CallOptions& options) {
-  return impl_->submit_async(
-      impl_->make_call(CollectiveKind::barrier, nullptr, nullptr, 0, {}, {}, -1, options));
+  return impl_->submit_async(impl_->make_call(CollectiveKind::barrier, {}, options));
 }
 
 void Communicator::abort(const std::string& reason) { impl_->abort(reason); }

@@ -7,6 +7,7 @@
 
 #include "bootstrap/store.hpp"
 #include "coll/call_check.hpp"
+#include "coll/collectives.hpp"
 #include "coll/selector.hpp"
 #include "transport/transport.hpp"
 
@@ -39,7 +40,23 @@ struct Call {
   std::size_t count;
   DataType type;
   ReduceOp op;
-  int root = -1;  // broadcast and reduce
+  int root = -1;  // rooted collectives
+  // The v-forms' blocks (copied: an async call must not depend on the
+  // caller's arrays); gatherv's and scatterv's only at the root.
+  coll::BlockLayout send_blocks, recv_blocks;
+};
+
+// What a collective call was given; which fields matter depends on the
+// kind (include/chorus/communicator.hpp). `count`: the uniform forms' count
+// per rank, gatherv's send count, scatterv's recv count.
+struct CallArgs {
+  const void* send = nullptr;
+  void* recv = nullptr;
+  std::size_t count = 0;
+  DataType type = DataType::float32;
+  ReduceOp op = ReduceOp::sum;
+  int root = -1;
+  std::span<const std::size_t> send_counts{}, send_displs{}, recv_counts{}, recv_displs{};
 };
 
 struct Communicator::Impl {
@@ -55,9 +72,8 @@ struct Communicator::Impl {
   // A checked call (invalid arguments throw Error(invalid_argument)).
   Call make_allreduce(const void* send, void* recv, std::size_t count, DataType type,
                       ReduceOp op, const CallOptions& options);
-  // Any other collective; `op` matters for reductions, `root` for rooted ones.
-  Call make_call(coll::CollectiveKind kind, const void* send, void* recv, std::size_t count,
-                 DataType type, ReduceOp op, int root, const CallOptions& options);
+  // Any other collective.
+  Call make_call(coll::CollectiveKind kind, const CallArgs& args, const CallOptions& options);
   // What runs an allreduce of `bytes` when the call asks for `requested`:
   // CHORUS_ALGO, else the call's algorithm, else the communicator's.
   coll::Choice choose(Algorithm requested, std::size_t bytes) const;

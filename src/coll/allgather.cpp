@@ -1,29 +1,79 @@
-// Allgather around the ring: in step s every rank passes on the block it
-// received in step s - 1 (its own first), so after p - 1 steps every rank
-// has every block; each rank sends and receives (p - 1) blocks, the least
-// possible. Blocks land straight in recv.
+// Allgather. Ring (any sizes, and the v-form): in step s every rank passes
+// on the block it received in step s - 1 (its own first), so after p - 1
+// steps every rank has every block; each rank sends and receives (p - 1)
+// blocks, the least possible, and blocks land straight in recv.
+// Bruck (small equal blocks, p > 2): in step k every rank sends the
+// min(2^k, p - 2^k) blocks it has gathered so far to rank - 2^k and receives
+// as many from rank + 2^k, so ceil(log2 p) steps instead of p - 1; blocks
+// collect in scratch in rotated order and are put in place at the end.
 #include "coll/collectives.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 namespace chorus::coll {
+namespace {
+
+// Below this many bytes per rank Bruck's fewer steps win over the ring's
+// fewer copies (measured at p = 4, docs/tuning.md).
+constexpr std::size_t kBruckBelowBytes = 16 * 1024;
+
+void bruck(const Collective& c, const void* send, void* recv, std::size_t block) {
+  transport::Transport& t = c.transport;
+  const int p = t.size(), r = t.rank();
+  std::byte* gathered = c.scratch_buffer(0, block * static_cast<std::size_t>(p));
+  std::memcpy(gathered, send, block);
+  unsigned step = 0;
+  for (int distance = 1; distance < p; distance *= 2, ++step) {
+    const auto blocks = static_cast<std::size_t>(std::min(distance, p - distance));
+    const transport::Tag tag = c.message_tag(0, step, 0);
+    auto in = t.irecv((r + distance) % p, tag, gathered + static_cast<std::size_t>(distance) * block,
+                      blocks * block);
+    auto out = t.isend((r - distance + p) % p, tag, gathered, blocks * block);
+    c.wait(*in);
+    c.wait(*out);
+  }
+  // gathered[i] is rank (r + i)'s block.
+  auto* out = static_cast<std::byte*>(recv);
+  for (int i = 0; i < p; ++i)
+    std::memcpy(out + static_cast<std::size_t>((r + i) % p) * block,
+                gathered + static_cast<std::size_t>(i) * block, block);
+}
+
+}  // namespace
+
+Method allgather_method(std::size_t bytes_per_rank, int p) noexcept {
+  return p > 2 && bytes_per_rank < kBruckBelowBytes ? Method::bruck : Method::ring;
+}
 
 void allgather(const Collective& c, const void* send, void* recv, std::size_t count,
                DataType type) {
+  const int p = c.transport.size();
+  const std::size_t block = count * size_of(type);
+  if (block > 0 && allgather_method(block, p) == Method::bruck)
+    bruck(c, send, recv, block);
+  else
+    allgatherv(c, send, recv, BlockLayout::uniform(p, count), type);
+}
+
+void allgatherv(const Collective& c, const void* send, void* recv, const BlockLayout& blocks,
+                DataType type, unsigned phase) {
   transport::Transport& t = c.transport;
   const int p = t.size(), r = t.rank();
   require_steps(p, "allgather");
-  const std::size_t block = count * size_of(type);
+  const std::size_t esize = size_of(type);
   auto* out = static_cast<std::byte*>(recv);
-  auto at = [&](int j) { return out + static_cast<std::size_t>(j) * block; };
-  if (block && at(r) != send) std::memcpy(at(r), send, block);
-  if (p == 1 || block == 0) return;
+  auto at = [&](int j) { return out + blocks.offset(j, esize); };
+  if (blocks.bytes(r, esize) && at(r) != send) std::memcpy(at(r), send, blocks.bytes(r, esize));
+  const bool all_empty = std::all_of(blocks.counts.begin(), blocks.counts.end(),
+                                     [](std::size_t n) { return n == 0; });
+  if (p == 1 || all_empty) return;
   const int next = (r + 1) % p, prev = (r - 1 + p) % p;
   for (int s = 0; s < p - 1; ++s) {
-    const transport::Tag tag = c.message_tag(0, static_cast<unsigned>(s), 0);
+    const transport::Tag tag = c.message_tag(phase, static_cast<unsigned>(s), 0);
     const int outgoing = (r - s + p) % p, incoming = (r - s - 1 + 2 * p) % p;
-    auto in = t.irecv(prev, tag, at(incoming), block);
-    auto sent = t.isend(next, tag, at(outgoing), block);
+    auto in = t.irecv(prev, tag, at(incoming), blocks.bytes(incoming, esize));
+    auto sent = t.isend(next, tag, at(outgoing), blocks.bytes(outgoing, esize));
     c.wait(*in);
     c.wait(*sent);
   }

@@ -16,13 +16,20 @@ std::string_view to_string(CollectiveKind kind) noexcept {
     case CollectiveKind::reduce_scatter: return "reduce_scatter";
     case CollectiveKind::alltoall: return "alltoall";
     case CollectiveKind::barrier: return "barrier";
+    case CollectiveKind::allgatherv: return "allgatherv";
+    case CollectiveKind::reduce_scatter_v: return "reduce_scatter_v";
+    case CollectiveKind::alltoallv: return "alltoallv";
+    case CollectiveKind::gather: return "gather";
+    case CollectiveKind::gatherv: return "gatherv";
+    case CollectiveKind::scatter: return "scatter";
+    case CollectiveKind::scatterv: return "scatterv";
   }
   return "unknown collective";
 }
 
 bool reduces(CollectiveKind kind) noexcept {
   return kind == CollectiveKind::allreduce || kind == CollectiveKind::reduce ||
-         kind == CollectiveKind::reduce_scatter;
+         kind == CollectiveKind::reduce_scatter || kind == CollectiveKind::reduce_scatter_v;
 }
 
 std::string describe(const CallSignature& s, std::string_view algorithm_name) {
@@ -30,7 +37,13 @@ std::string describe(const CallSignature& s, std::string_view algorithm_name) {
   const auto type = static_cast<DataType>(s.datatype);
   const auto op = static_cast<ReduceOp>(s.op);
   if (kind == CollectiveKind::barrier) return fmt::format("barrier({})", algorithm_name);
-  std::string text = fmt::format("{}(count={}, {}", to_string(kind), s.count, to_string(type));
+  std::string text = fmt::format("{}(", to_string(kind));
+  if (s.layout != 0)
+    text += fmt::format("total count={}, counts #{:016x}, ", s.count, s.layout);
+  else if (kind != CollectiveKind::gatherv && kind != CollectiveKind::scatterv &&
+           kind != CollectiveKind::alltoallv)
+    text += fmt::format("count={}, ", s.count);
+  text += to_string(type);
   if (reduces(kind)) text += fmt::format(", {}", to_string(op));
   if (s.root >= 0) text += fmt::format(", root={}", s.root);
   return text + fmt::format(", {})", algorithm_name);

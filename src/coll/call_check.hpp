@@ -35,6 +35,13 @@ enum class CollectiveKind : std::uint8_t {
   reduce_scatter,
   alltoall,
   barrier,
+  allgatherv,
+  reduce_scatter_v,
+  alltoallv,
+  gather,
+  gatherv,
+  scatter,
+  scatterv,
 };
 // Whether the collective combines values with an op (and so names one).
 bool reduces(CollectiveKind kind) noexcept;
@@ -46,12 +53,16 @@ struct CallSignature {
   std::uint8_t op = 0;         // ReduceOp
   std::uint8_t algorithm = 0;  // which algorithm runs it (a name index)
   std::int32_t root = -1;      // -1 when the collective has none
-  std::uint64_t count = 0;
+  std::uint64_t count = 0;     // elements; v-forms: 0, or the sum of the counts
+  std::uint64_t layout = 0;    // allgatherv, reduce_scatter_v: a hash of the counts
   auto operator<=>(const CallSignature&) const = default;
 };
 
 // "allreduce(count=1000, float32, sum, ring)"; `algorithm_name` names
-// signature.algorithm.
+// signature.algorithm. The v-forms whose ranks pass the same counts show
+// their total and the counts' hash; those whose counts differ per rank
+// (gatherv, scatterv, alltoallv) show none: their sizes are checked message
+// by message instead.
 std::string describe(const CallSignature& signature, std::string_view algorithm_name);
 
 class CallCheck {

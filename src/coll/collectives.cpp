@@ -13,6 +13,9 @@ std::string_view method_name(Method m) noexcept {
     case Method::ring: return "ring";
     case Method::pairwise: return "pairwise";
     case Method::dissemination: return "dissemination";
+    case Method::bruck: return "bruck";
+    case Method::linear: return "linear";
+    case Method::reduce_scatter_gather: return "reduce_scatter_gather";
   }
   return "unknown algorithm";
 }
@@ -27,6 +30,36 @@ void require_steps(int p, std::string_view collective) {
     throw Error(ErrorCode::unsupported,
                 fmt::format("{}: {} ranks exceed the {} steps of a call's tag space", collective, p,
                             kMaxSteps));
+}
+
+BlockLayout BlockLayout::uniform(int p, std::size_t count) {
+  BlockLayout layout;
+  layout.counts.assign(static_cast<std::size_t>(p), count);
+  layout.displs.resize(static_cast<std::size_t>(p));
+  for (std::size_t j = 0; j < layout.displs.size(); ++j) layout.displs[j] = j * count;
+  return layout;
+}
+
+BlockLayout BlockLayout::packed(std::span<const std::size_t> counts) {
+  BlockLayout layout;
+  layout.counts.assign(counts.begin(), counts.end());
+  layout.displs.resize(counts.size());
+  std::size_t next = 0;
+  for (std::size_t j = 0; j < counts.size(); ++j) {
+    layout.displs[j] = next;
+    next += counts[j];
+  }
+  return layout;
+}
+
+void wait_whole(const Collective& c, const transport::Request& receive, std::size_t esize,
+                std::string_view what) {
+  c.wait(receive);
+  if (receive.received_bytes() != receive.bytes())
+    c.fail(Error(ErrorCode::mismatched_collective,
+                 fmt::format("rank {} sent {} elements where rank {}'s {} expects {}",
+                             receive.peer(), receive.received_bytes() / esize,
+                             c.transport.rank(), what, receive.bytes() / esize)));
 }
 
 }  // namespace chorus::coll

@@ -2,44 +2,58 @@
 // rank j, each rank on the way adding its own block j, so every rank sends
 // and receives (p - 1) blocks and reduces each once. Partial sums alternate
 // between two scratch buffers, so that one can be sent while the next is
-// computed.
+// computed. Blocks may differ in size (the v-form); empty ones still take
+// their (empty) step, so every rank runs the same schedule.
 #include "coll/collectives.hpp"
 
 #include "reduce/reduce.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 namespace chorus::coll {
 
-void reduce_scatter(const Collective& c, const void* send, void* recv, std::size_t count,
-                    DataType type, ReduceOp op) {
+void reduce_scatter_v(const Collective& c, const void* send, void* recv,
+                      std::span<const std::size_t> counts, DataType type, ReduceOp op,
+                      unsigned phase) {
   transport::Transport& t = c.transport;
   const int p = t.size(), r = t.rank();
   require_steps(p, "reduce_scatter");
-  const std::size_t block = count * size_of(type);
+  const std::size_t esize = size_of(type);
+  const BlockLayout blocks = BlockLayout::packed(counts);
   const auto* in = static_cast<const std::byte*>(send);
-  auto mine = [&](int j) { return in + static_cast<std::size_t>(j) * block; };
-  if (p == 1 || block == 0) {
-    if (block && recv != send) std::memcpy(recv, send, block);
+  auto mine = [&](int j) { return in + blocks.offset(j, esize); };
+  const std::size_t my_count = blocks.counts[static_cast<std::size_t>(r)];
+  const std::size_t largest = *std::max_element(counts.begin(), counts.end()) * esize;
+  if (p == 1 || largest == 0) {
+    if (my_count && recv != send) std::memcpy(recv, send, my_count * esize);
     return;
   }
   const int next = (r + 1) % p, prev = (r - 1 + p) % p;
-  std::byte* partial[2] = {c.scratch_buffer(0, block), c.scratch_buffer(1, block)};
-  std::byte* incoming = c.scratch_buffer(2, block);
+  std::byte* partial[2] = {c.scratch_buffer(0, largest), c.scratch_buffer(1, largest)};
+  std::byte* incoming = c.scratch_buffer(2, largest);
   const std::byte* outgoing = mine((r - 1 + p) % p);  // step 0 sends our own block r - 1
   for (int s = 0; s < p - 1; ++s) {
-    const transport::Tag tag = c.message_tag(0, static_cast<unsigned>(s), 0);
-    const int arriving = (r - s - 2 + 2 * p) % p;
-    auto in_flight = t.irecv(prev, tag, incoming, block);
-    auto sent = t.isend(next, tag, outgoing, block);
+    const transport::Tag tag = c.message_tag(phase, static_cast<unsigned>(s), 0);
+    const int leaving = (r - s - 1 + 2 * p) % p, arriving = (r - s - 2 + 2 * p) % p;
+    auto in_flight = t.irecv(prev, tag, incoming, blocks.bytes(arriving, esize));
+    auto sent = t.isend(next, tag, outgoing, blocks.bytes(leaving, esize));
     c.wait(*in_flight);
     // The last block to arrive is ours, finished: it goes straight to recv.
     std::byte* sum = s == p - 2 ? static_cast<std::byte*>(recv) : partial[s % 2];
-    reduce::reduce(sum, mine(arriving), incoming, count, type, op);
+    const std::size_t n = blocks.counts[static_cast<std::size_t>(arriving)];
+    if (n) reduce::reduce(sum, mine(arriving), incoming, n, type, op);
     c.wait(*sent);
     outgoing = sum;
   }
-  if (op == ReduceOp::avg) reduce::divide(recv, count, type, static_cast<std::size_t>(p));
+  if (op == ReduceOp::avg && my_count)
+    reduce::divide(recv, my_count, type, static_cast<std::size_t>(p));
+}
+
+void reduce_scatter(const Collective& c, const void* send, void* recv, std::size_t count,
+                    DataType type, ReduceOp op) {
+  const std::vector<std::size_t> counts(static_cast<std::size_t>(c.transport.size()), count);
+  reduce_scatter_v(c, send, recv, counts, type, op);
 }
 
 }  // namespace chorus::coll

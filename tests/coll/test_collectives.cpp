@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <numeric>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -216,6 +217,249 @@ TEST(Collectives, AlltoallDeliversBlockIofRankJToBlockJofRankI) {
     }), "alltoall p=" + std::to_string(p));
 }
 
+// ---- v-forms, gather and scatter ----
+
+// Rank j's count in the v-form tests: 3, 0, 2, 4, 1, 3, ... times `scale`
+// (zero counts included).
+std::size_t uneven(int j, std::size_t scale) {
+  return (static_cast<std::size_t>(j) * 7 + 3) % 5 * scale;
+}
+std::vector<std::size_t> uneven_counts(int p, std::size_t scale) {
+  std::vector<std::size_t> counts;
+  for (int j = 0; j < p; ++j) counts.push_back(uneven(j, scale));
+  return counts;
+}
+// Blocks in reverse rank order with one element of gap before each, so that
+// a layout bug cannot hide behind the packed one; returns the displacements
+// and sets `extent` (elements).
+std::vector<std::size_t> reversed_displs(const std::vector<std::size_t>& counts, std::size_t& extent) {
+  std::vector<std::size_t> displs(counts.size());
+  extent = 0;
+  for (std::size_t j = counts.size(); j-- > 0;) {
+    displs[j] = extent + 1;
+    extent = displs[j] + counts[j];
+  }
+  return displs;
+}
+// `buffer` (elements of `type`) with `block` written at element `at`.
+void place(Bytes& buffer, const Bytes& block, std::size_t at, DataType type) {
+  if (!block.empty()) std::memcpy(buffer.data() + at * size_of(type), block.data(), block.size());
+}
+Bytes slice(const Bytes& buffer, std::size_t at, std::size_t count, DataType type) {
+  const auto* begin = buffer.data() + at * size_of(type);
+  return Bytes(begin, begin + count * size_of(type));
+}
+
+const std::vector<std::size_t> kScales = {1, 700, 30000};  // 30000 x 4 float32 blocks: past 256 KiB
+
+bool covered(std::size_t scale, DataType type) {
+  return scale == 1 || type == DataType::float32;  // large: one type suffices
+}
+
+TEST(Collectives, AllgathervPutsUnevenBlocksWhereDisplsSay) {
+  for (int p : kRanks)
+    expect_ok(run_ranks(p, [&](Communicator& comm) {
+      const int r = comm.rank();
+      for (std::size_t scale : kScales)
+        for (DataType type : all_types()) {
+          if (!covered(scale, type)) continue;
+          const auto counts = uneven_counts(p, scale);
+          std::size_t extent = 0;
+          const auto displs = reversed_displs(counts, extent);
+          const Bytes filler(extent * size_of(type), std::byte{0x5a});
+          Bytes want = filler;
+          for (int j = 0; j < p; ++j)
+            place(want, values(type, j, counts[j], ReduceOp::sum), displs[j], type);
+          const Bytes mine = values(type, r, counts[r], ReduceOp::sum);
+          for (bool in_place : {false, true}) {
+            Bytes recv = filler;
+            const std::byte* send = mine.data();
+            if (in_place) {
+              place(recv, mine, displs[r], type);
+              send = recv.data() + displs[r] * size_of(type);
+            }
+            comm.allgatherv(send, recv.data(), counts, displs, type);
+            require(recv == want, label("allgatherv", p, scale, type) + (in_place ? " in place" : ""));
+          }
+          // No displacements: back to back.
+          Bytes packed(std::accumulate(counts.begin(), counts.end(), std::size_t{0}) * size_of(type));
+          comm.allgatherv(mine.data(), packed.data(), counts, {}, type);
+          std::size_t at = 0;
+          for (int j = 0; j < p; at += counts[j], ++j)
+            require(slice(packed, at, counts[j], type) == values(type, j, counts[j], ReduceOp::sum),
+                    label("allgatherv packed", p, scale, type));
+        }
+    }), "allgatherv p=" + std::to_string(p));
+}
+
+TEST(Collectives, ReduceScatterVGivesEachRankItsUnevenBlock) {
+  for (int p : kRanks)
+    expect_ok(run_ranks(p, [&](Communicator& comm) {
+      const int r = comm.rank();
+      for (std::size_t scale : kScales)
+        for (DataType type : all_types())
+          for (int o = 0; o < kReduceOpCount; ++o) {
+            const auto op = static_cast<ReduceOp>(o);
+            if (!is_supported(type, op) || !covered(scale, type)) continue;
+            const auto counts = uneven_counts(p, scale);
+            Bytes send;
+            std::size_t my_offset = 0;
+            for (int j = 0; j < p; ++j) {
+              if (j == r) my_offset = send.size();
+              const Bytes b = values(type, r, counts[j], op, static_cast<std::size_t>(j) * 11);
+              send.insert(send.end(), b.begin(), b.end());
+            }
+            const Bytes want = reference(type, p, counts[r], op, static_cast<std::size_t>(r) * 11);
+            const std::string what =
+                label("reduce_scatter_v", p, scale, type) + " " + std::string(to_string(op));
+            if (o % 2) {
+              std::byte* mine = send.data() + my_offset;
+              comm.reduce_scatter_v(send.data(), mine, counts, type, op);
+              require(Bytes(mine, mine + want.size()) == want, what + " in place");
+            } else {
+              Bytes recv(want.size());
+              comm.reduce_scatter_v(send.data(), recv.data(), counts, type, op);
+              require(recv == want, what);
+            }
+          }
+    }), "reduce_scatter_v p=" + std::to_string(p));
+}
+
+TEST(Collectives, AlltoallvDeliversEachPairsOwnCount) {
+  for (int p : kRanks)
+    expect_ok(run_ranks(p, [&](Communicator& comm) {
+      const int r = comm.rank();
+      for (std::size_t scale : kScales)
+        for (DataType type : all_types()) {
+          if (!covered(scale, type)) continue;
+          auto count = [&](int from, int to) {
+            return static_cast<std::size_t>((from * 3 + to * 5) % 4) * scale;
+          };
+          auto block_of = [&](int from, int to) {
+            return values(type, from, count(from, to), ReduceOp::sum, static_cast<std::size_t>(to) * 13);
+          };
+          std::vector<std::size_t> send_counts, recv_counts;
+          for (int j = 0; j < p; ++j) {
+            send_counts.push_back(count(r, j));
+            recv_counts.push_back(count(j, r));
+          }
+          std::size_t send_extent = 0;
+          const auto send_displs = reversed_displs(send_counts, send_extent);
+          Bytes send(send_extent * size_of(type)), want;
+          for (int j = 0; j < p; ++j) {
+            place(send, block_of(r, j), send_displs[j], type);
+            const Bytes in = block_of(j, r);
+            want.insert(want.end(), in.begin(), in.end());
+          }
+          Bytes recv(want.size(), std::byte{0x5a});
+          comm.alltoallv(send.data(), send_counts, send_displs, recv.data(), recv_counts, {}, type);
+          require(recv == want, label("alltoallv", p, scale, type));
+        }
+    }), "alltoallv p=" + std::to_string(p));
+}
+
+TEST(Collectives, GatherAndScatterFromEveryRootInPlaceOrNot) {
+  for (int p : kRanks)
+    expect_ok(run_ranks(p, [&](Communicator& comm) {
+      const int r = comm.rank();
+      for (std::size_t count : kCounts)
+        for (DataType type : all_types()) {
+          if (count > 1000 && type != DataType::float32) continue;
+          for (int root : {0, p - 1}) {
+            const std::string what = label("gather", p, count, type) + " root=" + std::to_string(root);
+            Bytes all;
+            for (int j = 0; j < p; ++j) {
+              const Bytes b = values(type, j, count, ReduceOp::sum, static_cast<std::size_t>(root));
+              all.insert(all.end(), b.begin(), b.end());
+            }
+            const Bytes mine = values(type, r, count, ReduceOp::sum, static_cast<std::size_t>(root));
+            const bool in_place = (count + static_cast<std::size_t>(root)) % 2 == 1;
+            // gather: the root ends with `all`.
+            Bytes recv(r == root ? all.size() : 0, std::byte{0x5a});
+            const std::byte* send = mine.data();
+            if (r == root && in_place) {
+              place(recv, mine, static_cast<std::size_t>(root) * count, type);
+              send = recv.data() + mine.size() * static_cast<std::size_t>(root);
+            }
+            comm.gather(send, recv.data(), count, type, root);
+            require(r != root || recv == all, what + (in_place ? " in place" : ""));
+            // scatter: every rank ends with its block of `all`.
+            Bytes got(mine.size(), std::byte{0x5a});
+            const Bytes source = r == root ? all : Bytes{};
+            std::byte* into = got.data();
+            Bytes root_copy = source;
+            if (r == root && in_place) into = root_copy.data() + mine.size() * static_cast<std::size_t>(root);
+            comm.scatter(r == root ? root_copy.data() : nullptr, into, count, type, root);
+            require(Bytes(into, into + mine.size()) == mine,
+                    label("scatter", p, count, type) + " root=" + std::to_string(root));
+          }
+        }
+    }), "gather/scatter p=" + std::to_string(p));
+}
+
+TEST(Collectives, GathervAndScattervMoveUnevenBlocks) {
+  for (int p : kRanks)
+    expect_ok(run_ranks(p, [&](Communicator& comm) {
+      const int r = comm.rank();
+      for (std::size_t scale : kScales)
+        for (DataType type : all_types()) {
+          if (!covered(scale, type)) continue;
+          const int root = static_cast<int>(scale % static_cast<std::size_t>(p));
+          const auto counts = uneven_counts(p, scale);
+          std::size_t extent = 0;
+          const auto displs = reversed_displs(counts, extent);
+          Bytes laid_out(extent * size_of(type), std::byte{0x5a});
+          for (int j = 0; j < p; ++j) place(laid_out, values(type, j, counts[j], ReduceOp::sum), displs[j], type);
+          const Bytes mine = values(type, r, counts[r], ReduceOp::sum);
+          // gatherv: the root's recv becomes laid_out; counts only there.
+          Bytes recv(r == root ? laid_out.size() : 0, std::byte{0x5a});
+          const bool at_root = r == root;
+          comm.gatherv(mine.data(), counts[r], recv.data(), at_root ? std::span(counts) : std::span<const std::size_t>{},
+                       at_root ? std::span(displs) : std::span<const std::size_t>{}, type, root);
+          require(!at_root || recv == laid_out, label("gatherv", p, scale, type));
+          // scatterv: each rank gets its block of laid_out.
+          Bytes got(mine.size(), std::byte{0x11});
+          comm.scatterv(at_root ? laid_out.data() : nullptr, at_root ? std::span(counts) : std::span<const std::size_t>{},
+                        at_root ? std::span(displs) : std::span<const std::size_t>{}, got.data(), counts[r], type, root);
+          require(got == mine, label("scatterv", p, scale, type));
+        }
+    }), "gatherv/scatterv p=" + std::to_string(p));
+}
+
+TEST(Collectives, RanksDisagreeingOnVCountsGetAnError) {
+  // allgatherv: every rank must pass the same counts; the call check sees it.
+  const Options quick{Algorithm::automatic, std::chrono::seconds(20), ""};
+  auto outcomes = run_ranks(3, [&](Communicator& comm) {
+    std::vector<std::size_t> counts = {2, 3, 4};
+    if (comm.rank() == 1) counts = {2, 4, 3};
+    std::vector<float> send(counts[comm.rank()]), recv(9);
+    comm.allgatherv(send.data(), recv.data(), counts, {}, DataType::float32);
+  }, quick);
+  for (std::size_t r = 0; r < outcomes.size(); ++r) {
+    EXPECT_TRUE(outcomes[r].failed) << "rank " << r;
+    EXPECT_EQ(outcomes[r].code, ErrorCode::mismatched_collective) << outcomes[r].message;
+    EXPECT_NE(outcomes[r].message.find("allgatherv(total count=9, counts #"), std::string::npos)
+        << outcomes[r].message;
+  }
+  // alltoallv: rank 0 sends rank 1 three elements where rank 1 expects four.
+  outcomes = run_ranks(2, [&](Communicator& comm) {
+    // rank 0 sends {1 to itself, 3 to rank 1} and expects {1, 4}; rank 1
+    // sends {4, 4} and expects {4, 4}.
+    const bool zero = comm.rank() == 0;
+    const std::vector<std::size_t> send_counts = zero ? std::vector<std::size_t>{1, 3}
+                                                      : std::vector<std::size_t>{4, 4};
+    const std::vector<std::size_t> recv_counts = zero ? std::vector<std::size_t>{1, 4}
+                                                      : std::vector<std::size_t>{4, 4};
+    std::vector<float> send(8), recv(8);
+    comm.alltoallv(send.data(), send_counts, {}, recv.data(), recv_counts, {}, DataType::float32);
+  }, quick);
+  ASSERT_TRUE(outcomes[1].failed);
+  EXPECT_EQ(outcomes[1].code, ErrorCode::mismatched_collective) << outcomes[1].message;
+  EXPECT_NE(outcomes[1].message.find("rank 0 sent 3 elements where rank 1's recv_counts expects 4"),
+            std::string::npos)
+      << outcomes[1].message;
+}
+
 TEST(Collectives, SixtyFourRanksRunEveryCollective) {
   constexpr int p = 64;
   const std::size_t count = 100;
@@ -244,6 +488,19 @@ TEST(Collectives, SixtyFourRanksRunEveryCollective) {
                         require(std::memcmp(exchanged.data() + 9 * mine.size(),
                                             values(DataType::float32, 9, count, ReduceOp::sum).data(),
                                             mine.size()) == 0, "alltoall");
+                        const auto counts = uneven_counts(p, 10);
+                        const Bytes part = values(DataType::float32, r, counts[r], ReduceOp::sum);
+                        Bytes gathered_v(std::accumulate(counts.begin(), counts.end(), std::size_t{0}) * 4);
+                        comm.allgatherv(part.data(), gathered_v.data(), counts, {}, DataType::float32);
+                        const std::size_t before_17 = std::accumulate(counts.begin(), counts.begin() + 17, std::size_t{0});
+                        require(slice(gathered_v, before_17, counts[17], DataType::float32) ==
+                                    values(DataType::float32, 17, counts[17], ReduceOp::sum), "allgatherv");
+                        Bytes at_root(r == 40 ? gathered.size() : 0);
+                        comm.gather(mine.data(), at_root.data(), count, DataType::float32, 40);
+                        require(r != 40 || at_root == gathered, "gather");
+                        Bytes back(mine.size());
+                        comm.scatter(r == 40 ? at_root.data() : nullptr, back.data(), count, DataType::float32, 40);
+                        require(back == mine, "scatter");
                         comm.barrier();
                       }),
             "64 ranks");
@@ -307,6 +564,25 @@ TEST(Collectives, InvalidArgumentsAreRefusedBeforeAnythingIsSent) {
                                 "allgather: send overlaps recv");
                         refused([&] { comm.alltoall(y.data(), y.data(), 8, DataType::float32); },
                                 "alltoall: send and recv buffers overlap");
+                        const std::vector<std::size_t> one_count = {8}, two_counts = {8, 8};
+                        refused([&] { comm.allgatherv(x.data(), y.data(), one_count, {}, DataType::float32); },
+                                "allgatherv: recv_counts has 1 entries for 2 ranks");
+                        refused([&] {
+                          const std::vector<std::size_t> ahead = {0, 8};
+                          comm.alltoallv(x.data(), two_counts, ahead, y.data(), one_count, {}, DataType::float32);
+                        }, "alltoallv: recv_counts has 1 entries");
+                        refused([&] {
+                          // Each rank sends itself 4 but expects 8.
+                          const std::vector<std::size_t> mixed =
+                              comm.rank() == 0 ? std::vector<std::size_t>{4, 8} : std::vector<std::size_t>{8, 4};
+                          comm.alltoallv(y.data(), mixed, {}, x.data(), two_counts, {}, DataType::float32);
+                        }, "sends itself");
+                        refused([&] {
+                          if (comm.rank() == 0) comm.gatherv(x.data(), 4, y.data(), two_counts, {}, DataType::float32, 0);
+                          else throw Error(ErrorCode::invalid_argument, "the root sends 4 elements but expects 8");
+                        }, "the root sends 4 elements but expects 8");
+                        refused([&] { comm.scatter(nullptr, x.data(), 8, DataType::float32, comm.rank()); },
+                                "scatter: send buffer (at the root) is null");
                         refused([&] { comm.barrier({Algorithm::ring}); },
                                 "barrier: CallOptions::algorithm = ring");
                         // Nothing was poisoned: a good call still works.
@@ -351,6 +627,32 @@ TEST(Collectives, TheCAbiRunsEachAndReportsErrors) {
   EXPECT_EQ(chorus_alltoall(a, b, 4, chorus_int32, comm), chorus_success);
   EXPECT_EQ(b[2], 3);
   EXPECT_EQ(chorus_barrier(comm), chorus_success);
+  const size_t four[1] = {4};
+  b[3] = 0;
+  EXPECT_EQ(chorus_gather(a, b, 4, chorus_int32, 0, comm), chorus_success);
+  EXPECT_EQ(b[3], 4);
+  b[0] = 0;
+  EXPECT_EQ(chorus_scatter(a, b, 4, chorus_int32, 0, comm), chorus_success);
+  EXPECT_EQ(b[0], 1);
+  b[1] = 0;
+  EXPECT_EQ(chorus_allgatherv(a, b, four, nullptr, chorus_int32, comm), chorus_success);
+  EXPECT_EQ(b[1], 2);
+  b[2] = 0;
+  EXPECT_EQ(chorus_reduce_scatter_v(a, b, four, chorus_int32, chorus_sum, comm), chorus_success);
+  EXPECT_EQ(b[2], 3);
+  b[3] = 0;
+  EXPECT_EQ(chorus_alltoallv(a, four, nullptr, b, four, nullptr, chorus_int32, comm), chorus_success);
+  EXPECT_EQ(b[3], 4);
+  b[0] = 0;
+  EXPECT_EQ(chorus_gatherv(a, 4, b, four, nullptr, chorus_int32, 0, comm), chorus_success);
+  EXPECT_EQ(b[0], 1);
+  b[1] = 0;
+  EXPECT_EQ(chorus_scatterv(a, four, nullptr, b, 4, chorus_int32, 0, comm), chorus_success);
+  EXPECT_EQ(b[1], 2);
+  EXPECT_EQ(chorus_allgatherv(a, b, nullptr, nullptr, chorus_int32, comm), chorus_invalid_argument);
+  EXPECT_NE(std::string(chorus_get_last_error(comm)).find("chorus_allgatherv: counts is NULL"),
+            std::string::npos)
+      << chorus_get_last_error(comm);
   EXPECT_EQ(chorus_broadcast(a, 4, chorus_int32, 1, comm), chorus_invalid_argument);
   EXPECT_NE(std::string(chorus_get_last_error(comm)).find("root 1 is not a rank"), std::string::npos)
       << chorus_get_last_error(comm);

@@ -210,6 +210,56 @@ void collectives(Communicator& comm) {
     for (int k = 0; k < p; ++k)
       for (std::size_t i = 0; i < count; ++i)
         if (in[static_cast<std::size_t>(k) * count + i] != v(k * p + r, i)) fail("alltoall" + at);
+    // The v-forms: rank j's block holds (j % 3) * count / 2 elements, back to
+    // back; rank 1's is empty.
+    std::vector<std::size_t> counts(static_cast<std::size_t>(p)), displs(counts.size());
+    std::size_t total = 0;
+    for (int j = 0; j < p; ++j) {
+      counts[j] = static_cast<std::size_t>(j % 3) * count / 2;
+      displs[j] = total;
+      total += counts[j];
+    }
+    std::vector<float> gathered(total);
+    comm.allgatherv(mine.data(), gathered.data(), counts, displs, DataType::float32);
+    for (int k = 0; k < p; ++k)
+      for (std::size_t i = 0; i < counts[k]; ++i)
+        if (gathered[displs[k] + i] != v(k, i)) fail("allgatherv" + at);
+    std::vector<float> spread(total), mine_v(counts[r]);
+    for (int j = 0; j < p; ++j)
+      for (std::size_t i = 0; i < counts[j]; ++i) spread[displs[j] + i] = v(r + j, i);
+    comm.reduce_scatter_v(spread.data(), mine_v.data(), counts, DataType::float32, ReduceOp::sum);
+    for (std::size_t i = 0; i < counts[r]; ++i) {
+      float want = 0;
+      for (int k = 0; k < p; ++k) want += v(k + r, i);
+      if (mine_v[i] != want) fail("reduce_scatter_v" + at);
+    }
+    // alltoallv: rank r sends counts[j] elements v(r * p + j, i) to rank j
+    // and receives counts[r] from each.
+    std::vector<std::size_t> recv_counts(counts.size(), counts[r]), recv_displs(counts.size());
+    for (int k = 0; k < p; ++k) recv_displs[k] = static_cast<std::size_t>(k) * counts[r];
+    std::vector<float> received(counts[r] * static_cast<std::size_t>(p));
+    for (int j = 0; j < p; ++j)
+      for (std::size_t i = 0; i < counts[j]; ++i) spread[displs[j] + i] = v(r * p + j, i);
+    comm.alltoallv(spread.data(), counts, displs, received.data(), recv_counts, recv_displs,
+                   DataType::float32);
+    for (int k = 0; k < p; ++k)
+      for (std::size_t i = 0; i < counts[r]; ++i)
+        if (received[recv_displs[k] + i] != v(k * p + r, i)) fail("alltoallv" + at);
+    const int root = p - 1;
+    std::vector<float> at_root(r == root ? count * static_cast<std::size_t>(p) : 0);
+    comm.gather(mine.data(), at_root.data(), count, DataType::float32, root);
+    for (int k = 0; r == root && k < p; ++k)
+      for (std::size_t i = 0; i < count; ++i)
+        if (at_root[static_cast<std::size_t>(k) * count + i] != v(k, i)) fail("gather" + at);
+    std::vector<float> back(count);
+    comm.scatter(at_root.data(), back.data(), count, DataType::float32, root);
+    if (back != mine) fail("scatter" + at);
+    std::vector<float> at_root_v(r == root ? total : 0), back_v(counts[r]);
+    comm.gatherv(mine.data(), counts[r], at_root_v.data(), counts, displs, DataType::float32, root);
+    if (r == root && at_root_v != gathered) fail("gatherv" + at);
+    comm.scatterv(at_root_v.data(), counts, displs, back_v.data(), counts[r], DataType::float32, root);
+    for (std::size_t i = 0; i < counts[r]; ++i)
+      if (back_v[i] != v(r, i)) fail("scatterv" + at);
     comm.barrier();
   }
 }
