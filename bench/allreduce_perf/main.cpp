@@ -1,6 +1,8 @@
-// allreduce_perf: Chorus AllReduce measured the way nccl-tests measures NCCL,
-// optionally beside MPI_Allreduce in the same run. See options.cpp (usage)
-// and docs/allreduce_perf.md.
+// allreduce_perf (and allgather_perf, broadcast_perf, reduce_perf,
+// reduce_scatter_perf, alltoall_perf: the same binary under other names):
+// a Chorus collective measured the way nccl-tests measures NCCL, optionally
+// beside the matching MPI collective in the same run. See options.cpp
+// (usage) and docs/allreduce_perf.md.
 #include "local_launch.hpp"
 #include "options.hpp"
 #include "report.hpp"
@@ -86,15 +88,22 @@ class Runner {
     const std::size_t bytes = o.max_bytes + o.unalign * largest_element;
     send_ = std::make_unique<Buffer>(o.max_bytes, o.unalign * largest_element);
     recv_ = std::make_unique<Buffer>(o.max_bytes, o.unalign * largest_element);
-    if (o.check) expected_ = std::make_unique<Buffer>(bytes, 0);
+    // Twice the largest size: reduce_scatter's check keeps the whole
+    // reduction beside the block it compares.
+    if (o.check) expected_ = std::make_unique<Buffer>(2 * bytes, 0);
+    if (rooted(o.collective) && o.root >= ranks_)
+      throw UsageError(fmt::format("-r/--root: {} is not a rank of the {} ranks", o.root, ranks_));
   }
 
   // The whole run; returns the number of (size, block) results with wrong elements.
   int run() {
     if (rank_ == 0) preamble();
+    // Collectives without an op run once per type (the op column says none).
+    const std::vector<ReduceOp> ops =
+        reduces(o_.collective) ? o_.ops : std::vector<ReduceOp>{ReduceOp::sum};
     for (int cycle = 0; o_.run_cycles == 0 || cycle < o_.run_cycles; ++cycle)
       for (DataType type : o_.types)
-        for (ReduceOp op : o_.ops) {
+        for (ReduceOp op : ops) {
           if (!is_supported(type, op)) {
             if (o_.types.size() == 1 && o_.ops.size() == 1)
               throw UsageError(fmt::format("op {} is not defined for {}", to_string(op),
@@ -109,7 +118,7 @@ class Runner {
 
  private:
   void preamble() {
-    std::printf("# Collective test starting: allreduce_perf\n");
+    std::printf("# Collective test starting: %s_perf\n", std::string(to_string(o_.collective)).c_str());
     std::printf("# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d "
                 "iters: %d agg iters: %d validation: %d graph: 0\n",
                 o_.min_bytes, o_.max_bytes, o_.step_factor > 1 ? o_.step_factor : o_.step_bytes,
@@ -131,7 +140,8 @@ class Runner {
   void finish() {
     std::printf("%s", footer(failed_, busbw_count_ ? busbw_sum_ / busbw_count_ : 0.0).c_str());
     if (!o_.json_file.empty()) {
-      std::ofstream(o_.json_file) << json_document(rows_, ranks_, std::string(comm_.transport_name()));
+      std::ofstream(o_.json_file) << json_document(rows_, ranks_, std::string(comm_.transport_name()),
+                                                   std::string(to_string(o_.collective)) + "_perf");
     }
     if (!o_.tune_file.empty()) {
       coll::Tuning tuning;
@@ -174,10 +184,63 @@ class Runner {
     return o_.average == 1 ? seconds / ranks_ : seconds;
   }
 
+  // `count`: the row's count (all p blocks for the gathering and scattering
+  // collectives, as nccl-tests counts them).
+  std::size_t per_rank(std::size_t count) const {
+    return size_is_all_blocks(o_.collective) ? count / static_cast<std::size_t>(ranks_) : count;
+  }
+
+  // The buffers of one call, in place or not, as nccl-tests lays them out:
+  // allgather's send is this rank's block of recv; reduce_scatter's recv is
+  // this rank's block of send.
+  struct Buffers {
+    const void* send;
+    void* recv;
+    std::byte* result;  // where this rank's checked result lands
+  };
+  Buffers buffers(std::size_t count, DataType type, bool in_place) {
+    std::byte* recv = recv_->data();
+    std::byte* send = in_place ? recv : send_->data();
+    const std::size_t mine = static_cast<std::size_t>(rank_) * per_rank(count) * size_of(type);
+    switch (o_.collective) {
+      case PerfCollective::allgather: return {in_place ? recv + mine : send, recv, recv};
+      case PerfCollective::reduce_scatter:
+        return {send, in_place ? send + mine : recv, in_place ? send + mine : recv};
+      default: return {send, recv, recv};
+    }
+  }
+
   void call(std::size_t count, DataType type, ReduceOp op, bool in_place, Algorithm algorithm) {
-    void* recv = recv_->data();
-    const void* send = in_place ? recv : send_->data();
-    comm_.allreduce(send, recv, count, type, op, {algorithm});
+    const Buffers b = buffers(count, type, in_place);
+    const std::size_t n = per_rank(count);
+    switch (o_.collective) {
+      case PerfCollective::allreduce: return comm_.allreduce(b.send, b.recv, n, type, op, {algorithm});
+      case PerfCollective::allgather: return comm_.allgather(b.send, b.recv, n, type);
+      case PerfCollective::broadcast: return comm_.broadcast(b.recv, n, type, o_.root);
+      case PerfCollective::reduce: return comm_.reduce(b.send, b.recv, n, type, op, o_.root);
+      case PerfCollective::reduce_scatter: return comm_.reduce_scatter(b.send, b.recv, n, type, op);
+      case PerfCollective::alltoall: return comm_.alltoall(b.send, b.recv, n, type);
+    }
+  }
+
+  // The algorithm that runs a call of `count` (allreduce: what `algorithm`
+  // resolves to).
+  std::string algorithm_name(std::size_t count, DataType type, ReduceOp op, Algorithm algorithm) {
+    using coll::CollectiveKind;
+    if (o_.collective == PerfCollective::allreduce)
+      return std::string(coll::to_string(comm_.impl().choose(algorithm, count * size_of(type)).variant));
+    static const std::map<PerfCollective, CollectiveKind> kinds = {
+        {PerfCollective::allgather, CollectiveKind::allgather},
+        {PerfCollective::broadcast, CollectiveKind::broadcast},
+        {PerfCollective::reduce, CollectiveKind::reduce},
+        {PerfCollective::reduce_scatter, CollectiveKind::reduce_scatter},
+        {PerfCollective::alltoall, CollectiveKind::alltoall}};
+    const Buffers b = buffers(count, type, false);
+    const Call call = comm_.impl().make_call(
+        kinds.at(o_.collective),
+        {.send = b.send, .recv = b.recv, .count = per_rank(count), .type = type, .op = op, .root = o_.root},
+        {});
+    return std::string(coll::algorithm_name(call.signature.algorithm));
   }
 
   Timing measure(std::size_t count, DataType type, ReduceOp op, bool in_place, Algorithm algorithm) {
@@ -192,7 +255,7 @@ class Runner {
       }
     const double seconds =
         std::chrono::duration<double>(Clock::now() - start).count() / (o_.iters * o_.agg_iters);
-    Timing t = bandwidth(bytes, combine_time(seconds), ranks_);
+    Timing t = bandwidth(bytes, combine_time(seconds), busbw_factor(o_.collective, ranks_));
     t.wrong = o_.check ? check(count, type, op, in_place, algorithm) : -1;
     return t;
   }
@@ -203,33 +266,102 @@ class Runner {
     std::int64_t wrong = 0;
     for (int c = 0; c < o_.check && wrong == 0; ++c) {
       ++seed_;
-      fill_input(in_place ? recv_->data() : send_->data(), count, type, op, rank_, ranks_, seed_);
-      fill_expected(expected_->data(), count, type, op, ranks_, seed_);
+      const std::size_t checked = prepare_check(count, type, op, in_place);
       call(count, type, op, in_place, algorithm);
-      if (o_.inject_error && rank_ == ranks_ - 1 && count > 0)
-        recv_->data()[0] = static_cast<std::byte>(~std::to_integer<unsigned>(recv_->data()[0]));
-      wrong = static_cast<std::int64_t>(count_wrong(recv_->data(), expected_->data(), count, type));
+      std::byte* result = buffers(count, type, in_place).result;
+      if (o_.inject_error && rank_ == ranks_ - 1 && checked > 0)
+        result[0] = static_cast<std::byte>(~std::to_integer<unsigned>(result[0]));
+      wrong = static_cast<std::int64_t>(count_wrong(result, expected_->data(), checked, type));
       comm_.allreduce(&wrong, &wrong, 1, DataType::int64, ReduceOp::sum);
     }
     return wrong;
   }
 
+  // Fills this rank's input and expected_ (what its result must be) for one
+  // checked call; returns how many elements of the result are checked.
+  std::size_t prepare_check(std::size_t count, DataType type, ReduceOp op, bool in_place) {
+    const Buffers b = buffers(count, type, in_place);
+    auto* input = const_cast<std::byte*>(static_cast<const std::byte*>(b.send));
+    std::byte* expected = expected_->data();
+    const std::size_t n = per_rank(count), block = n * size_of(type);
+    // Rank j's block `to` of an alltoall: its own seed per destination.
+    auto block_seed = [&](int to) { return seed_ * 4099 + static_cast<std::uint64_t>(to); };
+    switch (o_.collective) {
+      case PerfCollective::allreduce:
+        fill_input(input, n, type, op, rank_, ranks_, seed_);
+        fill_expected(expected, n, type, op, ranks_, seed_);
+        return n;
+      case PerfCollective::reduce:
+        fill_input(input, n, type, op, rank_, ranks_, seed_);
+        fill_expected(expected, n, type, op, ranks_, seed_);
+        return rank_ == o_.root ? n : 0;
+      case PerfCollective::broadcast:
+        if (rank_ == o_.root) fill_input(b.recv, n, type, op, o_.root, ranks_, seed_);
+        else std::memset(b.recv, 0xff, block);
+        fill_input(expected, n, type, op, o_.root, ranks_, seed_);
+        return n;
+      case PerfCollective::allgather:
+        fill_input(input, n, type, op, rank_, ranks_, seed_);
+        for (int j = 0; j < ranks_; ++j)
+          fill_input(expected + static_cast<std::size_t>(j) * block, n, type, op, j, ranks_, seed_);
+        return n * static_cast<std::size_t>(ranks_);
+      case PerfCollective::reduce_scatter: {
+        // All p blocks reduced; this rank's block of the result is checked.
+        const std::size_t all = n * static_cast<std::size_t>(ranks_);
+        fill_input(input, all, type, op, rank_, ranks_, seed_);
+        fill_expected(expected_->data() + block * static_cast<std::size_t>(ranks_), all, type, op,
+                      ranks_, seed_);
+        std::memcpy(expected, expected + block * static_cast<std::size_t>(ranks_) +
+                                  block * static_cast<std::size_t>(rank_), block);
+        return n;
+      }
+      case PerfCollective::alltoall:
+        for (int j = 0; j < ranks_; ++j) {
+          fill_input(input + static_cast<std::size_t>(j) * block, n, type, op, rank_, ranks_, block_seed(j));
+          fill_input(expected + static_cast<std::size_t>(j) * block, n, type, op, j, ranks_, block_seed(rank_));
+        }
+        return n * static_cast<std::size_t>(ranks_);
+    }
+    return 0;
+  }
+
 #if defined(CHORUS_PERF_WITH_MPI)
+  // The matching MPI collective on the same buffers (out of place).
+  void call_mpi(std::size_t count, MPI_Datatype t, MPI_Op m) {
+    void* send = send_->data();
+    void* recv = recv_->data();
+    const int n = static_cast<int>(per_rank(count));
+    switch (o_.collective) {
+      case PerfCollective::allreduce: MPI_Allreduce(send, recv, n, t, m, MPI_COMM_WORLD); return;
+      case PerfCollective::allgather: MPI_Allgather(send, n, t, recv, n, t, MPI_COMM_WORLD); return;
+      case PerfCollective::broadcast: MPI_Bcast(recv, n, t, o_.root, MPI_COMM_WORLD); return;
+      case PerfCollective::reduce: MPI_Reduce(send, recv, n, t, m, o_.root, MPI_COMM_WORLD); return;
+      case PerfCollective::reduce_scatter:
+        MPI_Reduce_scatter_block(send, recv, n, t, m, MPI_COMM_WORLD);
+        return;
+      case PerfCollective::alltoall: MPI_Alltoall(send, n, t, recv, n, t, MPI_COMM_WORLD); return;
+    }
+  }
+
+  bool mpi_has(DataType type, ReduceOp op) const {
+    return mpi_type(type) != MPI_DATATYPE_NULL &&
+           (!reduces(o_.collective) || mpi_op(op) != MPI_OP_NULL);
+  }
+
   std::optional<Timing> measure_mpi(std::size_t count, DataType type, ReduceOp op) {
+    if (!mpi_has(type, op)) return std::nullopt;
     const MPI_Datatype t = mpi_type(type);
     const MPI_Op m = mpi_op(op);
-    if (t == MPI_DATATYPE_NULL || m == MPI_OP_NULL) return std::nullopt;
-    const int n = static_cast<int>(count);
-    MPI_Allreduce(send_->data(), recv_->data(), n, t, m, MPI_COMM_WORLD);
+    call_mpi(count, t, m);
     MPI_Barrier(MPI_COMM_WORLD);
     const auto start = Clock::now();
     for (int i = 0; i < o_.iters * o_.agg_iters; ++i) {
-      MPI_Allreduce(send_->data(), recv_->data(), n, t, m, MPI_COMM_WORLD);
+      call_mpi(count, t, m);
       if (o_.blocking) MPI_Barrier(MPI_COMM_WORLD);
     }
     const double seconds =
         std::chrono::duration<double>(Clock::now() - start).count() / (o_.iters * o_.agg_iters);
-    return bandwidth(count * size_of(type), combine_time(seconds), ranks_);
+    return bandwidth(count * size_of(type), combine_time(seconds), busbw_factor(o_.collective, ranks_));
   }
 #endif
 
@@ -238,26 +370,26 @@ class Runner {
     // Warm-up at the largest and the smallest size, as nccl-tests does.
     for (Algorithm a : o_.algorithms)
       for (std::size_t bytes : {o_.max_bytes, o_.min_bytes})
-        for (int i = 0; i < o_.warmup_iters; ++i) call(bytes / esize, type, op, false, a);
+        for (int i = 0; i < o_.warmup_iters; ++i) call(rounded(bytes / esize), type, op, false, a);
 #if defined(CHORUS_PERF_WITH_MPI)
-    if (o_.mpi && mpi_type(type) != MPI_DATATYPE_NULL && mpi_op(op) != MPI_OP_NULL)
+    if (o_.mpi && mpi_has(type, op))
       for (std::size_t bytes : {o_.max_bytes, o_.min_bytes})
-        for (int i = 0; i < o_.warmup_iters; ++i)
-          MPI_Allreduce(send_->data(), recv_->data(), static_cast<int>(bytes / esize), mpi_type(type),
-                        mpi_op(op), MPI_COMM_WORLD);
+        for (int i = 0; i < o_.warmup_iters; ++i) call_mpi(rounded(bytes / esize), mpi_type(type), mpi_op(op));
 #endif
     for (std::size_t size : o_.sizes()) {
-      const std::size_t count = size / esize;
+      const std::size_t count = rounded(size / esize);
       for (Algorithm a : o_.algorithms) {
         Row row;
         row.bytes = count * esize;
         row.count = count;
         row.type = type;
         row.op = op;
-        row.algorithm = std::string(coll::to_string(comm_.impl().choose(a, row.bytes).variant));
-        row.automatic = a == Algorithm::automatic;
+        row.has_op = reduces(o_.collective);
+        row.root = rooted(o_.collective) ? o_.root : -1;
+        row.algorithm = algorithm_name(count, type, op, a);
+        row.automatic = a == Algorithm::automatic && o_.collective == PerfCollective::allreduce;
         row.out_of_place = measure(count, type, op, false, a);
-        row.in_place = measure(count, type, op, true, a);
+        if (has_in_place(o_.collective)) row.in_place = measure(count, type, op, true, a);
 #if defined(CHORUS_PERF_WITH_MPI)
         if (o_.mpi && a == o_.algorithms.front()) row.mpi = measure_mpi(count, type, op);
 #endif
@@ -266,8 +398,14 @@ class Runner {
     }
   }
 
+  // A count the collective can split into p equal blocks, where it must.
+  std::size_t rounded(std::size_t count) const {
+    return per_rank(count) * (size_is_all_blocks(o_.collective) ? static_cast<std::size_t>(ranks_) : 1);
+  }
+
   void record(const Row& row, Algorithm a) {
-    for (const Timing* t : {&row.out_of_place, &row.in_place}) {
+    for (const Timing* t : {&row.out_of_place, row.in_place ? &*row.in_place : nullptr}) {
+      if (t == nullptr) continue;
       if (t->wrong > 0) ++failed_;
       busbw_sum_ += t->busbw;
       ++busbw_count_;
@@ -314,8 +452,11 @@ int run_rank(PerfOptions o) {
 #if defined(CHORUS_PERF_WITH_MPI)
   if (o.mpi) MPI_Init(nullptr, nullptr);
 #else
-  if (o.mpi) throw UsageError("--mpi: this allreduce_perf was built without MPI");
+  if (o.mpi) throw UsageError("--mpi: this build has no MPI");
 #endif
+  if (o.collective != PerfCollective::allreduce &&
+      (o.algorithms != std::vector<Algorithm>{Algorithm::automatic} || !o.tune_file.empty()))
+    throw UsageError("-A/--algo and --tune choose AllReduce algorithms: allreduce_perf only");
   if (!o.tune_file.empty() && o.algorithms == std::vector<Algorithm>{Algorithm::automatic})
     o.algorithms = {Algorithm::ring, Algorithm::tree, Algorithm::direct, Algorithm::halving_doubling,
                     Algorithm::recursive_doubling};
@@ -342,10 +483,14 @@ int main(int argc, char** argv) {
   using namespace chorus::perf;
   setlinebuf(stdout);
   std::vector<std::string> args(argv + 1, argv + argc);
-  const std::string program = "allreduce_perf";
+  // The name picks the collective; any other name (a renamed copy) measures allreduce.
+  const auto collective = collective_from_program(argv[0]);
+  const std::string program =
+      std::string(to_string(collective.value_or(PerfCollective::allreduce))) + "_perf";
   PerfOptions options;
   try {
     options = parse(args);
+    options.collective = collective.value_or(PerfCollective::allreduce);
   } catch (const UsageError& e) {
     std::fprintf(stderr, "%s: %s\n\n%s", program.c_str(), e.what(), usage(program).c_str());
     return 2;

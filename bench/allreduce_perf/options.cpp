@@ -61,7 +61,50 @@ std::vector<Algorithm> parse_algorithms(const std::string& text) {
       text));
 }
 
+constexpr std::pair<std::string_view, PerfCollective> kCollectives[] = {
+    {"allreduce", PerfCollective::allreduce},   {"allgather", PerfCollective::allgather},
+    {"broadcast", PerfCollective::broadcast},   {"reduce", PerfCollective::reduce},
+    {"reduce_scatter", PerfCollective::reduce_scatter}, {"alltoall", PerfCollective::alltoall}};
+
 }  // namespace
+
+std::string_view to_string(PerfCollective c) {
+  for (const auto& [name, collective] : kCollectives)
+    if (collective == c) return name;
+  return "?";
+}
+
+std::optional<PerfCollective> collective_from_program(std::string_view path) {
+  std::string_view name = path.substr(path.find_last_of('/') == std::string_view::npos
+                                          ? 0
+                                          : path.find_last_of('/') + 1);
+  for (const auto& [collective_name, collective] : kCollectives)
+    if (name == std::string(collective_name) + "_perf") return collective;
+  return std::nullopt;
+}
+
+bool reduces(PerfCollective c) {
+  return c == PerfCollective::allreduce || c == PerfCollective::reduce ||
+         c == PerfCollective::reduce_scatter;
+}
+bool rooted(PerfCollective c) { return c == PerfCollective::broadcast || c == PerfCollective::reduce; }
+bool has_in_place(PerfCollective c) {
+  // Chorus's broadcast has one buffer; its alltoall refuses overlapping ones.
+  return c != PerfCollective::broadcast && c != PerfCollective::alltoall;
+}
+double busbw_factor(PerfCollective c, int ranks) {
+  if (ranks <= 0) return 0;
+  switch (c) {
+    case PerfCollective::allreduce: return 2.0 * (ranks - 1) / ranks;
+    case PerfCollective::broadcast:
+    case PerfCollective::reduce: return 1.0;
+    default: return static_cast<double>(ranks - 1) / ranks;
+  }
+}
+bool size_is_all_blocks(PerfCollective c) {
+  return c == PerfCollective::allgather || c == PerfCollective::reduce_scatter ||
+         c == PerfCollective::alltoall;
+}
 
 std::string_view nccl_type_name(DataType type) {
   for (const auto& [name, t] : kTypeNames)
@@ -110,7 +153,8 @@ PerfOptions parse(const std::vector<std::string>& args) {
       {"check", 'c'},    {"op", 'o'},        {"datatype", 'd'},  {"average", 'a'},
       {"blocking", 'z'}, {"timeout", 'T'},   {"unalign", 'u'},   {"output_file", 'J'},
       {"algo", 'A'},     {"transport", 'X'}, {"help", 'h'},      {"csv", 'C'},
-      {"np", 'P'},       {"mpi", 'M'},       {"tune", 'U'},      {"inject-error", 'E'}};
+      {"np", 'P'},       {"mpi", 'M'},       {"tune", 'U'},      {"inject-error", 'E'},
+      {"root", 'r'}};
   const std::string flags_without_value = "hME";
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
@@ -133,7 +177,7 @@ PerfOptions parse(const std::vector<std::string>& args) {
         value = arg.substr(2);
         has_value = true;
       }
-      static const std::string kShort = "beifnwmNcodazTuJAXh";
+      static const std::string kShort = "beifnwmNcodazTuJAXhr";
       if (kShort.find(flag) == std::string::npos)
         throw UsageError(fmt::format("unknown option '{}'", arg));
     } else {
@@ -176,6 +220,7 @@ PerfOptions parse(const std::vector<std::string>& args) {
       case 'U': o.tune_file = value; break;
       case 'E': o.inject_error = true; break;
       case 'h': o.help = true; break;
+      case 'r': o.root = static_cast<int>(parse_int(value, what, 0, 1 << 20)); break;
       default: throw UsageError(fmt::format("unknown option '{}'", arg));
     }
   }
@@ -189,8 +234,10 @@ PerfOptions parse(const std::vector<std::string>& args) {
 
 std::string usage(const std::string& program) {
   return fmt::format(R"(USAGE: {} [options]
-  Measures Chorus AllReduce like nccl-tests' all_reduce_perf: one row per size,
+  Measures a Chorus collective like nccl-tests' *_perf tools: one row per size,
   out-of-place then in-place, with time, algbw, busbw and #wrong (checked).
+  The program's name picks the collective: allreduce_perf, allgather_perf,
+  broadcast_perf, reduce_perf, reduce_scatter_perf, alltoall_perf.
 
   -b,--minbytes <size>      smallest size (K/M/G binary suffixes). Default 32M
   -e,--maxbytes <size>      largest size. Default 32M
@@ -209,21 +256,28 @@ std::string usage(const std::string& program) {
   -T,--timeout <seconds>    deadline of every wait (0: CHORUS_TIMEOUT, 300 s). Default 0
   -u,--unalign <n>          start buffers n elements past a page boundary. Default 0
   -J,--output_file <file>   also write the results as JSON
+  -r,--root <rank>          root of broadcast and reduce. Default 0
   -h,--help                 this text
  Chorus's own:
-  -A,--algo <name>          auto, ring, tree, direct, halving_doubling, recursive_doubling,
-                            or all (each in turn, then auto). Default auto
+  -A,--algo <name>          (allreduce) auto, ring, tree, direct, halving_doubling,
+                            recursive_doubling, or all (each in turn, then auto). Default auto
   -X,--transport <name>     auto, ucx, tcp. Default: CHORUS_TRANSPORT, else auto
   --np <n>                  start n local ranks on this machine (a loopback store);
                             without it, rank and size come from the launcher
                             (mpirun, srun, torchrun, CHORUS_RANK/SIZE/STORE)
-  --mpi                     also time MPI_Allreduce on the same buffers, interleaved
-                            per size (launch with mpirun); adds mpi_time, mpi_busbw, speedup
+  --mpi                     also time the matching MPI collective (MPI_Allreduce, _Allgather,
+                            _Bcast, _Reduce, _Reduce_scatter_block, _Alltoall) on the same
+                            buffers, per size (launch with mpirun); adds mpi_time, mpi_busbw,
+                            speedup
   --csv <file>              also write the results as CSV
-  --tune <file>             measure every algorithm and write the fastest per size
+  --tune <file>             (allreduce) measure every algorithm and write the fastest per size
                             as a tuning file (CHORUS_TUNING_FILE reads it)
 
-  algbw = bytes / 1e9 / seconds; busbw = algbw * 2(p-1)/p. Exit status: 0 when
+  size: allreduce, broadcast, reduce: the buffer; allgather, reduce_scatter,
+  alltoall: all p blocks (count per rank = size / type size / p), as nccl-tests.
+  algbw = size / 1e9 / seconds; busbw = algbw * 2(p-1)/p for allreduce, (p-1)/p
+  for allgather, reduce_scatter and alltoall, 1 for broadcast and reduce; in-place
+  columns are N/A for broadcast (one buffer) and alltoall. Exit status: 0 when
   every checked element was right, 1 when any was wrong or a rank failed, 2 for
   a bad command line.
 )",

@@ -15,6 +15,25 @@
 
 namespace chorus::perf {
 
+// The collective a run measures; the program's name chooses it
+// (allreduce_perf, allgather_perf, broadcast_perf, reduce_perf,
+// reduce_scatter_perf, alltoall_perf: one binary, several names).
+enum class PerfCollective { allreduce, allgather, broadcast, reduce, reduce_scatter, alltoall };
+// "all_reduce" -> nccl-tests' spelling is not used: Chorus's names, as above.
+std::string_view to_string(PerfCollective c);
+// From a program path ("/usr/bin/allgather_perf"); nullopt for an unknown name.
+std::optional<PerfCollective> collective_from_program(std::string_view path);
+// Whether it combines values (and so has an op), has a root, and has an
+// in-place form measured in the in-place columns.
+bool reduces(PerfCollective c);
+bool rooted(PerfCollective c);
+bool has_in_place(PerfCollective c);
+// nccl-tests' bus bandwidth factor: busbw = algbw * factor.
+double busbw_factor(PerfCollective c, int ranks);
+// Whether size S covers every rank's block (count per rank x p): the
+// gathering and scattering collectives, as nccl-tests sizes them.
+bool size_is_all_blocks(PerfCollective c);
+
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
@@ -45,12 +64,15 @@ struct PerfOptions {
   std::string tune_file;             // --tune: write the measured best algorithms
   bool inject_error = false;         // --inject-error: corrupt one checked element (tests)
   bool help = false;                 // -h
+  int root = 0;                      // -r: broadcast's and reduce's root
+  PerfCollective collective = PerfCollective::allreduce;  // from the program's name
 
   // The sizes of the sweep, in order.
   std::vector<std::size_t> sizes() const;
 };
 
 PerfOptions parse(const std::vector<std::string>& args);
+// The usage text of `program` (its collective's name in it).
 std::string usage(const std::string& program);
 // "64M" -> 67108864; K, M, G are binary; throws UsageError naming `what`.
 std::size_t parse_size(const std::string& text, const std::string& what);

@@ -6,11 +6,11 @@
 
 namespace chorus::perf {
 
-Timing bandwidth(std::size_t bytes, double seconds, int ranks) {
+Timing bandwidth(std::size_t bytes, double seconds, double busbw_factor) {
   Timing t;
   t.time_us = seconds * 1e6;
   t.algbw = seconds > 0 ? static_cast<double>(bytes) / 1e9 / seconds : 0;
-  t.busbw = ranks > 0 ? t.algbw * 2.0 * (ranks - 1) / ranks : 0;
+  t.busbw = t.algbw * busbw_factor;
   return t;
 }
 
@@ -29,6 +29,11 @@ std::string block(const Timing& t) {
   return fmt::format("  {}  {:6.2f}  {:6.2f}  {}", format_time(t.time_us), t.algbw, t.busbw,
                      wrong_text(t.wrong));
 }
+std::string block(const std::optional<Timing>& t) {
+  if (t) return block(*t);
+  return fmt::format("  {:>7}  {:>6}  {:>6}  {:>5}", "N/A", "N/A", "N/A", "N/A");
+}
+std::string op_text(const Row& row) { return row.has_op ? std::string(to_string(row.op)) : "none"; }
 }  // namespace
 
 std::string header(bool with_mpi) {
@@ -49,7 +54,7 @@ std::string header(bool with_mpi) {
 
 std::string format_row(const Row& row) {
   std::string line = fmt::format("{:12}  {:12}  {:>8}  {:>6}  {:6}", row.bytes, row.count,
-                                 nccl_type_name(row.type), to_string(row.op), -1);
+                                 nccl_type_name(row.type), op_text(row), row.root);
   line += block(row.out_of_place) + block(row.in_place);
   line += fmt::format("  {:<24}", algo_column(row));
   if (row.mpi) {
@@ -73,31 +78,35 @@ std::string csv_header(bool with_mpi) {
 }
 
 std::string csv_row(const Row& row, int ranks, const std::string& transport) {
-  auto t = [](const Timing& x) {
-    return fmt::format("{:.3f},{:.4f},{:.4f},{}", x.time_us, x.algbw, x.busbw, x.wrong);
+  auto t = [](const std::optional<Timing>& x) {
+    if (!x) return std::string("NA,NA,NA,NA");
+    return fmt::format("{:.3f},{:.4f},{:.4f},{}", x->time_us, x->algbw, x->busbw, x->wrong);
   };
-  std::string line = fmt::format("{},{},{},{},-1,{},{},{},{},{}", row.bytes, row.count,
-                                 nccl_type_name(row.type), to_string(row.op), algo_column(row), ranks,
-                                 transport, t(row.out_of_place), t(row.in_place));
+  std::string line = fmt::format("{},{},{},{},{},{},{},{},{},{}", row.bytes, row.count,
+                                 nccl_type_name(row.type), op_text(row), row.root, algo_column(row),
+                                 ranks, transport, t(row.out_of_place), t(row.in_place));
   if (row.mpi)
     line += fmt::format(",{:.3f},{:.4f},{:.4f},{:.4f}", row.mpi->time_us, row.mpi->algbw,
                         row.mpi->busbw, row.mpi->time_us / row.out_of_place.time_us);
   return line + "\n";
 }
 
-std::string json_document(const std::vector<Row>& rows, int ranks, const std::string& transport) {
-  auto t = [](const Timing& x) {
+std::string json_document(const std::vector<Row>& rows, int ranks, const std::string& transport,
+                          const std::string& tool) {
+  auto t = [](const std::optional<Timing>& x) {
+    if (!x) return std::string("null");
     return fmt::format(R"({{"time_us": {:.3f}, "algbw": {:.4f}, "busbw": {:.4f}, "wrong": {}}})",
-                       x.time_us, x.algbw, x.busbw, x.wrong < 0 ? std::string("null") : std::to_string(x.wrong));
+                       x->time_us, x->algbw, x->busbw,
+                       x->wrong < 0 ? std::string("null") : std::to_string(x->wrong));
   };
-  std::string out = fmt::format(R"({{"tool": "allreduce_perf", "ranks": {}, "transport": "{}", "results": [)",
-                                ranks, transport);
+  std::string out = fmt::format(R"({{"tool": "{}", "ranks": {}, "transport": "{}", "results": [)",
+                                tool, ranks, transport);
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
     out += fmt::format(
         R"({}
-  {{"size": {}, "count": {}, "type": "{}", "redop": "{}", "root": -1, "algo": "{}", "out_of_place": {}, "in_place": {})",
-        i ? "," : "", r.bytes, r.count, nccl_type_name(r.type), to_string(r.op), algo_column(r),
+  {{"size": {}, "count": {}, "type": "{}", "redop": "{}", "root": {}, "algo": "{}", "out_of_place": {}, "in_place": {})",
+        i ? "," : "", r.bytes, r.count, nccl_type_name(r.type), op_text(r), r.root, algo_column(r),
         t(r.out_of_place), t(r.in_place));
     if (r.mpi) out += fmt::format(R"(, "mpi": {})", t(*r.mpi));
     out += "}";

@@ -31,12 +31,15 @@ struct Row {
   ReduceOp op = ReduceOp::sum;
   std::string algorithm;  // the variant that ran
   bool automatic = false;  // chosen by the selector (the table shows "auto:<variant>")
-  Timing out_of_place, in_place;
+  bool has_op = true;      // false: the redop column says "none" (nccl-tests)
+  int root = -1;           // -1: no root
+  Timing out_of_place;
+  std::optional<Timing> in_place;  // none: N/A (the collective has no in-place form)
   std::optional<Timing> mpi;
 };
 
-// algbw and busbw for `bytes` moved in `seconds` over `ranks` ranks.
-Timing bandwidth(std::size_t bytes, double seconds, int ranks);
+// algbw and busbw (algbw x `busbw_factor`) for `bytes` in `seconds`.
+Timing bandwidth(std::size_t bytes, double seconds, double busbw_factor);
 
 // nccl-tests' time column: 7 wide, fewer decimals as it grows.
 std::string format_time(double us);
@@ -47,6 +50,7 @@ std::string footer(int failed_sizes, double average_busbw);
 
 std::string csv_header(bool with_mpi);
 std::string csv_row(const Row& row, int ranks, const std::string& transport);
-std::string json_document(const std::vector<Row>& rows, int ranks, const std::string& transport);
+std::string json_document(const std::vector<Row>& rows, int ranks, const std::string& transport,
+                          const std::string& tool);
 
 }  // namespace chorus::perf

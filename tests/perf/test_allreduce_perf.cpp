@@ -19,7 +19,8 @@ namespace {
 
 // ---- a parser written for nccl-tests' all_reduce_perf output ---------------
 // Data rows are the lines that do not start with '#': size count type redop
-// root, then time algbw busbw #wrong twice. Extra columns are ignored.
+// root, then time algbw busbw #wrong twice (in place: N/A when the
+// collective has no such form, read as -1). Extra columns are ignored.
 struct ParsedRow {
   long size, count;
   std::string type, redop;
@@ -42,9 +43,12 @@ Parsed parse_nccl_tests_output(const std::string& text) {
     if (line.empty() || line[0] == '#') continue;
     std::istringstream f(line);
     ParsedRow r;
+    std::string in_place[3];
     if (!(f >> r.size >> r.count >> r.type >> r.redop >> r.root >> r.time[0] >> r.algbw[0] >>
-          r.busbw[0] >> r.wrong[0] >> r.time[1] >> r.algbw[1] >> r.busbw[1] >> r.wrong[1]))
+          r.busbw[0] >> r.wrong[0] >> in_place[0] >> in_place[1] >> in_place[2] >> r.wrong[1]))
       continue;  // not a result row (a launcher's message, say)
+    double* fields[3] = {&r.time[1], &r.algbw[1], &r.busbw[1]};
+    for (int i = 0; i < 3; ++i) *fields[i] = in_place[i] == "N/A" ? -1 : std::stod(in_place[i]);
     p.rows.push_back(r);
   }
   return p;
@@ -73,10 +77,10 @@ TEST(Report, RowsHaveNcclTestsColumnsAndWidths) {
   row.bytes = 1048576;
   row.count = 262144;
   row.algorithm = "ring";
-  row.out_of_place = bandwidth(row.bytes, 123.456e-6, 4);
+  row.out_of_place = bandwidth(row.bytes, 123.456e-6, busbw_factor(PerfCollective::allreduce, 4));
   row.out_of_place.wrong = 0;
-  row.in_place = bandwidth(row.bytes, 12345.6e-6, 4);
-  row.in_place.wrong = 3;
+  row.in_place = bandwidth(row.bytes, 12345.6e-6, busbw_factor(PerfCollective::allreduce, 4));
+  row.in_place->wrong = 3;
   const std::string line = format_row(row);
   // nccl-tests: "%12li  %12li  %8s  %6s  %6i" then "  %7s  %6.2f  %6.2f  %5li" twice.
   EXPECT_EQ(line.substr(0, 61), "     1048576        262144     float     sum      -1    123.5");
@@ -97,15 +101,40 @@ TEST(Report, TimeColumnSqueezesLikeNcclTests) {
   EXPECT_EQ(format_time(123.44), "  123.4");
   EXPECT_EQ(format_time(12345.6), "  12346");
   Row row;
-  row.out_of_place.wrong = row.in_place.wrong = -1;  // -c 0
+  row.in_place = Timing{};
+  row.out_of_place.wrong = row.in_place->wrong = -1;  // -c 0
   EXPECT_NE(format_row(row).find("    N/A"), std::string::npos);
 }
 
-TEST(Report, BusBandwidthIsAlgbwTimesTwoPMinusOneOverP) {
-  const Timing t = bandwidth(1000000000, 1.0, 4);
+TEST(Report, BusBandwidthFactorsAreNcclTests) {
+  const Timing t = bandwidth(1000000000, 1.0, busbw_factor(PerfCollective::allreduce, 4));
   EXPECT_DOUBLE_EQ(t.algbw, 1.0);
-  EXPECT_DOUBLE_EQ(t.busbw, 1.5);
+  EXPECT_DOUBLE_EQ(t.busbw, 1.5);  // 2(p-1)/p
   EXPECT_DOUBLE_EQ(t.time_us, 1e6);
+  for (auto c : {PerfCollective::allgather, PerfCollective::reduce_scatter, PerfCollective::alltoall})
+    EXPECT_DOUBLE_EQ(busbw_factor(c, 4), 0.75) << to_string(c);  // (p-1)/p
+  for (auto c : {PerfCollective::broadcast, PerfCollective::reduce})
+    EXPECT_DOUBLE_EQ(busbw_factor(c, 4), 1.0) << to_string(c);
+}
+
+TEST(Report, CollectivesWithoutAnOpOrInPlaceFormSayNoneAndNA) {
+  Row row;
+  row.bytes = 4096;
+  row.count = 1024;
+  row.has_op = false;
+  row.root = 2;
+  row.algorithm = "binomial_tree";
+  const std::string line = format_row(row);
+  EXPECT_EQ(line.substr(0, 52), "        4096          1024     float    none       2");
+  EXPECT_NE(line.find("    N/A     N/A     N/A    N/A  binomial_tree"), std::string::npos) << line;
+}
+
+TEST(Options, TheProgramsNameChoosesTheCollective) {
+  EXPECT_EQ(collective_from_program("/usr/bin/allgather_perf"), PerfCollective::allgather);
+  EXPECT_EQ(collective_from_program("reduce_scatter_perf"), PerfCollective::reduce_scatter);
+  EXPECT_EQ(collective_from_program("./build/bin/broadcast_perf"), PerfCollective::broadcast);
+  EXPECT_EQ(collective_from_program("my_copy"), std::nullopt);
+  EXPECT_EQ(parse({"-r", "3"}).root, 3);
 }
 
 // ---- flags ------------------------------------------------------------------
@@ -215,9 +244,10 @@ struct PerfRun {
   testing::ProcessResult result;
   std::string text() const { return result.output; }
 };
-PerfRun run_perf(const std::vector<std::string>& args, int seconds = 120) {
+PerfRun run_perf(const std::vector<std::string>& args, int seconds = 120,
+                 const std::string& program = CHORUS_ALLREDUCE_PERF) {
   testing::ProcessGroup group;
-  std::vector<std::string> argv = {CHORUS_ALLREDUCE_PERF};
+  std::vector<std::string> argv = {program};
   argv.insert(argv.end(), args.begin(), args.end());
   group.start(argv, {{"CHORUS_TIMEOUT", "60"}});
   return {group.wait(std::chrono::seconds(seconds)).at(0)};
@@ -246,6 +276,62 @@ TEST(AllreducePerf, LocalRunWithThreeRanksPassesAndIsParsable) {
   cs << csv.rdbuf();
   EXPECT_NE(js.str().find(R"("size": 4096, "count": 1024, "type": "float")"), std::string::npos) << js.str();
   EXPECT_NE(cs.str().find("4096,1024,float,sum,-1,"), std::string::npos) << cs.str();
+}
+
+// The other collectives' tools: allreduce_perf under their names (the
+// symbolic links beside it), checked at p = 3 (uneven splits of the sizes)
+// with every type, in place where the collective has that form, and with a
+// root other than 0 where it has one.
+std::string tool(const std::string& name) {
+  const std::string perf = CHORUS_ALLREDUCE_PERF;
+  return perf.substr(0, perf.rfind('/') + 1) + name;
+}
+
+TEST(CollectivePerf, EveryToolChecksCleanWithNcclTestsColumns) {
+  struct Case {
+    const char* name;
+    const char* redop;
+    int root;
+    bool in_place;
+  };
+  for (const Case c : {Case{"allgather_perf", "none", -1, true}, Case{"broadcast_perf", "none", 2, false},
+                       Case{"reduce_perf", "sum", 2, true}, Case{"reduce_scatter_perf", "sum", -1, true},
+                       Case{"alltoall_perf", "none", -1, false}}) {
+    std::vector<std::string> args = {"--np", "3", "-b", "96", "-e", "1536K", "-f", "16", "-n", "2",
+                                     "-w", "1", "-X", "tcp", "-d", "all"};
+    if (c.root >= 0) args.insert(args.end(), {"-r", std::to_string(c.root)});
+    const PerfRun run = run_perf(args, 240, tool(c.name));
+    ASSERT_EQ(run.result.exit_code, 0) << c.name << "\n" << run.text();
+    EXPECT_NE(run.text().find(std::string("# Collective test starting: ") + c.name), std::string::npos);
+    const Parsed p = parse_nccl_tests_output(run.text());
+    ASSERT_EQ(p.rows.size(), 40u) << c.name << "\n" << run.text();  // 4 sizes x 10 types
+    for (const auto& r : p.rows) {
+      EXPECT_EQ(r.redop, c.redop) << c.name;
+      EXPECT_EQ(r.root, c.root) << c.name;
+      EXPECT_EQ(r.wrong[0], "0") << c.name << " " << r.size << " " << r.type;
+      EXPECT_EQ(r.wrong[1], c.in_place ? "0" : "N/A") << c.name << " " << r.size << " " << r.type;
+    }
+    EXPECT_EQ(p.out_of_bounds, "0 OK") << c.name;
+  }
+}
+
+TEST(CollectivePerf, ACorruptedResultOfAnyCollectiveIsCounted) {
+  for (const char* name : {"allgather_perf", "broadcast_perf", "reduce_perf", "reduce_scatter_perf",
+                           "alltoall_perf"}) {
+    const PerfRun run = run_perf({"--np", "2", "-b", "1K", "-e", "1K", "-n", "1", "-w", "0", "-X",
+                                  "tcp", "--inject-error", "-r", "1"}, 120, tool(name));
+    EXPECT_EQ(run.result.exit_code, 1) << name << "\n" << run.text();
+    EXPECT_NE(run.text().find("FAILED"), std::string::npos) << name << "\n" << run.text();
+  }
+}
+
+TEST(CollectivePerf, AlgorithmFlagsAndBadRootsAreRefused) {
+  PerfRun run = run_perf({"--np", "2", "-A", "ring"}, 60, tool("allgather_perf"));
+  EXPECT_EQ(run.result.exit_code, 2) << run.text();
+  EXPECT_NE(run.text().find("allreduce_perf only"), std::string::npos) << run.text();
+  run = run_perf({"--np", "2", "-r", "2", "-b", "8", "-e", "8"}, 60, tool("broadcast_perf"));
+  EXPECT_EQ(run.result.exit_code, 2) << run.text();
+  EXPECT_NE(run.text().find("-r/--root: 2 is not a rank of the 2 ranks"), std::string::npos) << run.text();
 }
 
 TEST(AllreducePerf, CorruptedResultIsCountedAndFails) {
