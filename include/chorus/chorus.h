@@ -92,6 +92,16 @@ CHORUS_C_API chorus_result_t chorus_comm_init_with_allgather(chorus_comm_t* comm
                                                              int size,
                                                              chorus_allgather_fn allgather,
                                                              void* context);
+/* Ranks of `comm` passing the same color form *newcomm, ranked by key (ties
+ * by rank in comm), as ncclCommSplit / MPI_Comm_split; color
+ * CHORUS_SPLIT_NOCOLOR joins none (*newcomm = NULL). The new communicator
+ * has its own connections, made through comm (no store), and may run
+ * collectives at the same time as comm. Collective over comm. */
+#define CHORUS_SPLIT_NOCOLOR (-1)
+CHORUS_C_API chorus_result_t chorus_comm_split(chorus_comm_t comm, int color, int key,
+                                               chorus_comm_t* newcomm);
+/* The same ranks in the same order, a communicator of their own. Collective. */
+CHORUS_C_API chorus_result_t chorus_comm_dup(chorus_comm_t comm, chorus_comm_t* newcomm);
 CHORUS_C_API chorus_result_t chorus_comm_rank(chorus_comm_t comm, int* rank);
 CHORUS_C_API chorus_result_t chorus_comm_size(chorus_comm_t comm, int* size);
 /* Finishes this rank's pending work and frees the communicator. */

@@ -113,6 +113,20 @@ class CHORUS_API Communicator {
   template <class MpiComm>
   static Communicator from_mpi(MpiComm comm, const Options& options = {});
 
+  // ---- Sub-communicators (collective over this communicator) ----
+  // Ranks passing the same color form a new communicator, ranked by key
+  // (ties: by rank here), like MPI_Comm_split and ncclCommSplit; kNoColor
+  // joins none (nullopt). The new one has its own connections (made through
+  // this communicator's collectives, not the store), sequence numbers and
+  // worker, so collectives on parent and children may run at the same time
+  // from different threads without mixing. It inherits the timeout and
+  // algorithm settings. A rank that cannot connect fails split() on every
+  // member of its group, naming it.
+  static constexpr int kNoColor = -1;
+  std::optional<Communicator> split(int color, int key);
+  // Same ranks, same order, a communicator of its own (MPI_Comm_dup).
+  Communicator dup();
+
   Communicator(Communicator&&) noexcept;
   Communicator& operator=(Communicator&&) noexcept;
   Communicator(const Communicator&) = delete;

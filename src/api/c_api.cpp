@@ -127,6 +127,27 @@ chorus_result_t chorus_comm_init_with_allgather(chorus_comm_t* comm, int rank, i
   return init(comm, [&] { return chorus::Communicator::connect(rank, size, gather); });
 }
 
+chorus_result_t chorus_comm_split(chorus_comm_t comm, int color, int key, chorus_comm_t* newcomm) {
+  if (comm == nullptr) return null_comm("chorus_comm_split");
+  return guarded(comm->last_error, [&] {
+    if (newcomm == nullptr)
+      throw chorus::Error(chorus::ErrorCode::invalid_argument, "chorus_comm_split: newcomm is NULL");
+    *newcomm = nullptr;
+    auto split = comm->communicator.split(color, key);
+    if (split) *newcomm = new chorus_comm{std::move(*split), {}};
+  });
+}
+
+chorus_result_t chorus_comm_dup(chorus_comm_t comm, chorus_comm_t* newcomm) {
+  if (comm == nullptr) return null_comm("chorus_comm_dup");
+  return guarded(comm->last_error, [&] {
+    if (newcomm == nullptr)
+      throw chorus::Error(chorus::ErrorCode::invalid_argument, "chorus_comm_dup: newcomm is NULL");
+    *newcomm = nullptr;
+    *newcomm = new chorus_comm{comm->communicator.dup(), {}};
+  });
+}
+
 chorus_result_t chorus_comm_rank(chorus_comm_t comm, int* rank) {
   if (comm == nullptr) return null_comm("chorus_comm_rank");
   return guarded(comm->last_error, [&] {

@@ -63,8 +63,12 @@ struct Communicator::Impl {
   // Creates the communicator over a connected transport and measures the
   // cost model (collective: every rank at once). `store` is kept for the
   // communicator's life when this rank serves it.
+  // A communicator split from another of the same size (dup) passes the
+  // parent's `inherited` cost model (same transport, same hosts, same p: the
+  // probe's timings hold); then there is no probe. Any split keeps the log
+  // labelling lines with the process's rank in the parent.
   Impl(std::unique_ptr<transport::Transport> transport, std::unique_ptr<bootstrap::Store> store,
-       const Options& options);
+       const Options& options, const coll::CostModel* inherited = nullptr, bool split = false);
   ~Impl();
 
   void submit(const Call& call);  // runs it now, in order

@@ -161,6 +161,16 @@ std::unique_ptr<transport::Transport> make_ucx(int rank, int size) {
 
 }  // namespace
 
+std::unique_ptr<transport::Transport> make_transport(TransportKind kind, int rank, int size) {
+  switch (kind) {
+    case TransportKind::ucx: return make_ucx(rank, size);
+    case TransportKind::tcp: return std::make_unique<transport::TcpTransport>(rank, size);
+    default:
+      throw Error(ErrorCode::internal,
+                  fmt::format("make_transport: {} is not a networked transport", to_string(kind)));
+  }
+}
+
 BlobAllgather store_allgather(Store& store, const std::string& key_prefix, int rank, int size,
                               transport::Deadline deadline) {
   auto calls = std::make_shared<int>(0);

@@ -60,6 +60,10 @@ using BlobAllgather =
 BlobAllgather store_allgather(Store& store, const std::string& key_prefix, int rank, int size,
                               transport::Deadline deadline);
 
+// This rank's transport of `kind` (ucx or tcp), not yet connected: for
+// callers that move the addresses themselves (Communicator::split).
+std::unique_ptr<transport::Transport> make_transport(TransportKind kind, int rank, int size);
+
 // Creates this rank's transport, gathers every rank's address with
 // `allgather` (the store, or the caller's own collective, e.g. MPI's) and
 // connects. With `automatic`, UCX is used when every rank could start it

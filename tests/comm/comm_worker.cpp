@@ -264,14 +264,55 @@ void collectives(Communicator& comm) {
   }
 }
 
+// Sub-communicators across processes: a split by parity (reversed keys)
+// and a dup, each running 50 allreduces from its own thread while the
+// parent runs 50 of its own, then a split in which rank 0 joins none.
+void split(Communicator& comm) {
+  const int p = comm.size(), r = comm.rank();
+  const auto start = std::chrono::steady_clock::now();
+  Communicator copy = comm.dup();
+  auto parity = comm.split(r % 2, -r);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  std::printf("rank %d: dup + split took %.1f ms\n", r, ms);
+  if (!parity) fail("no communicator from split");
+  std::int64_t parity_sum = 0;
+  int members = 0;
+  for (int j = r % 2; j < p; j += 2, ++members) parity_sum += j;
+  if (parity->size() != members) fail("split size");
+  // Reversed keys: the highest parent rank of the color is rank 0.
+  if (parity->rank() != members - 1 - r / 2) fail("split rank");
+  auto run = [&](Communicator& c, std::int64_t want, const char* what) {
+    for (int i = 0; i < 50; ++i) {
+      std::vector<std::int64_t> x(1000 + static_cast<std::size_t>(i) * 37, r);
+      c.allreduce(std::span<std::int64_t>(x), ReduceOp::sum);
+      for (std::int64_t v : x)
+        if (v != want) fail(what);
+    }
+  };
+  const std::int64_t all_sum = static_cast<std::int64_t>(p) * (p - 1) / 2;
+  std::thread a([&] { run(copy, all_sum, "allreduce on the dup"); });
+  std::thread b([&] { run(*parity, parity_sum, "allreduce on the split"); });
+  run(comm, all_sum, "allreduce on the parent");
+  a.join();
+  b.join();
+  auto rest = comm.split(r == 0 ? Communicator::kNoColor : 0, r);
+  if (rest.has_value() != (r != 0)) fail("kNoColor");
+  if (rest) {
+    std::vector<std::int64_t> x(10, r);
+    rest->allreduce(std::span<std::int64_t>(x), ReduceOp::sum);
+    if (x[0] != all_sum) fail("allreduce without rank 0");
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::map<std::string, std::function<void(Communicator&)>> scenarios = {
       {"algorithms", algorithms}, {"async100", async100}, {"mismatch", mismatch},
-      {"peer_death", peer_death}, {"timeout", timeout}, {"collectives", collectives}};
+      {"peer_death", peer_death}, {"timeout", timeout}, {"collectives", collectives},
+      {"split", split}};
   if (argc != 2 || !scenarios.count(argv[1])) {
-    std::fprintf(stderr, "usage: comm_worker algorithms|async100|mismatch|peer_death|timeout|collectives\n");
+    std::fprintf(stderr, "usage: comm_worker algorithms|async100|mismatch|peer_death|timeout|collectives|split\n");
     return 2;
   }
   try {

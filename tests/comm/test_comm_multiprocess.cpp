@@ -56,6 +56,8 @@ TEST_P(CommMultiProcess, EveryAlgorithmSeveralTypesAndOps) { expect_all_passed(r
 
 TEST_P(CommMultiProcess, EveryOtherCollective) { expect_all_passed(run("collectives", 240)); }
 
+TEST_P(CommMultiProcess, SplitAndDupRunBesideTheirParent) { expect_all_passed(run("split", 120)); }
+
 TEST_P(CommMultiProcess, HundredBackToBackAsyncCalls) { expect_all_passed(run("async100", 120)); }
 
 TEST_P(CommMultiProcess, MismatchedCountsFailEveryRankAndOneSaysWhy) {
