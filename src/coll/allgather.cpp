@@ -16,7 +16,7 @@ namespace {
 
 // Below this many bytes per rank Bruck's fewer steps win over the ring's
 // fewer copies (measured at p = 4, docs/tuning.md).
-constexpr std::size_t kBruckBelowBytes = 16 * 1024;
+constexpr std::size_t kBruckBelowBytes = 32 * 1024;
 
 void bruck(const Collective& c, const void* send, void* recv, std::size_t block) {
   transport::Transport& t = c.transport;

@@ -15,7 +15,9 @@
 namespace chorus::coll {
 namespace {
 
-constexpr std::size_t kReduceScatterGatherFromBytes = 256 * 1024;
+// From here the shared reduction and (p - 1) / p traffic beat the tree's
+// fewer steps (measured at p = 4, docs/tuning.md).
+constexpr std::size_t kReduceScatterGatherFromBytes = 1024 * 1024;
 
 void binomial(const Collective& c, const void* send, void* recv, std::size_t count,
               DataType type, ReduceOp op, int root) {
