@@ -387,7 +387,7 @@ Call Communicator::Impl::make_call(coll::CollectiveKind kind, const CallArgs& a,
       need(a.send, "send buffer", all);
       need(a.recv, "recv buffer", all);
       if (overlaps(a.send, all, a.recv, all)) throw bad("send and recv buffers overlap");
-      method(Method::pairwise);
+      method(coll::alltoall_method(block, p));
       break;
     case CollectiveKind::alltoallv: {
       std::size_t send_extent = 0, recv_extent = 0;

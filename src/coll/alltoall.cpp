@@ -1,15 +1,66 @@
-// Alltoall by pairwise exchange: in step s rank r sends to r + s and
+// Alltoall. Pairwise exchange: in step s rank r sends to r + s and
 // receives from r - s, so every pair meets once and no rank is a hot spot.
 // All steps are posted at once (each message lands straight in its block);
 // the transport keeps memory bounded for those that arrive early. The
 // v-form is the same schedule with each pair's own sizes; a message shorter
 // than its receive is a mismatch, named.
+// Bruck (small equal blocks, many ranks): ceil(log2 p) steps instead of
+// p - 1 messages. Blocks are rotated so that index i holds the block bound
+// for rank + i; in step k every block whose index has bit k set moves k
+// ranks on, keeping its index, so after all steps index i holds the block
+// from rank - i. Each step packs about half the blocks, so the bytes moved
+// grow by log2(p) / 2: it pays only while per-message costs dominate.
 #include "coll/collectives.hpp"
 
 #include <cstring>
 #include <vector>
 
 namespace chorus::coll {
+namespace {
+
+// Bruck from this many ranks, while a rank sends at most this many bytes
+// in all (measured at p = 4 and 8, docs/tuning.md).
+constexpr int kBruckFromRanks = 4;
+constexpr std::size_t kBruckUpToSendBytes = 16 * 1024;
+
+void bruck(const Collective& c, const void* send, void* recv, std::size_t block) {
+  transport::Transport& t = c.transport;
+  const int p = t.size(), r = t.rank();
+  const auto ranks = static_cast<std::size_t>(p);
+  auto at = [block](std::byte* base, std::size_t i) { return base + i * block; };
+  std::byte* blocks = c.scratch_buffer(0, block * ranks);
+  std::byte* outgoing = c.scratch_buffer(1, block * (ranks / 2 + 1));
+  std::byte* incoming = c.scratch_buffer(2, block * (ranks / 2 + 1));
+  const auto* in = static_cast<const std::byte*>(send);
+  for (std::size_t i = 0; i < ranks; ++i)
+    std::memcpy(at(blocks, i), in + (static_cast<std::size_t>(r) + i) % ranks * block, block);
+  unsigned step = 0;
+  for (std::size_t k = 1; k < ranks; k <<= 1, ++step) {
+    std::size_t moving = 0;
+    for (std::size_t i = k; i < ranks; ++i)
+      if (i & k) std::memcpy(at(outgoing, moving++), at(blocks, i), block);
+    const transport::Tag tag = c.message_tag(0, step, 0);
+    const int distance = static_cast<int>(k);
+    auto got = t.irecv((r - distance + p) % p, tag, incoming, moving * block);
+    auto sent = t.isend((r + distance) % p, tag, outgoing, moving * block);
+    c.wait(*got);
+    c.wait(*sent);
+    moving = 0;
+    for (std::size_t i = k; i < ranks; ++i)
+      if (i & k) std::memcpy(at(blocks, i), at(incoming, moving++), block);
+  }
+  auto* out = static_cast<std::byte*>(recv);
+  for (std::size_t i = 0; i < ranks; ++i)
+    std::memcpy(out + (static_cast<std::size_t>(r) + ranks - i) % ranks * block, at(blocks, i), block);
+}
+
+}  // namespace
+
+Method alltoall_method(std::size_t block_bytes, int p) noexcept {
+  return p >= kBruckFromRanks && block_bytes <= kBruckUpToSendBytes / static_cast<std::size_t>(p)
+             ? Method::bruck
+             : Method::pairwise;
+}
 
 void alltoallv(const Collective& c, const void* send, const BlockLayout& send_blocks, void* recv,
                const BlockLayout& recv_blocks, DataType type) {
@@ -20,7 +71,8 @@ void alltoallv(const Collective& c, const void* send, const BlockLayout& send_bl
   const auto* in = static_cast<const std::byte*>(send);
   auto* out = static_cast<std::byte*>(recv);
   // The communicator has checked that this rank sends itself what it expects.
-  if (const std::size_t own = send_blocks.bytes(r, esize)) std::memcpy(out + recv_blocks.offset(r, esize), in + send_blocks.offset(r, esize), own);
+  if (const std::size_t own = send_blocks.bytes(r, esize))
+    std::memcpy(out + recv_blocks.offset(r, esize), in + send_blocks.offset(r, esize), own);
   if (p == 1) return;
   std::vector<transport::RequestPtr> receives, sends;
   for (int s = 1; s < p; ++s) {
@@ -36,8 +88,15 @@ void alltoallv(const Collective& c, const void* send, const BlockLayout& send_bl
 
 void alltoall(const Collective& c, const void* send, void* recv, std::size_t count,
               DataType type) {
-  const BlockLayout blocks = BlockLayout::uniform(c.transport.size(), count);
-  if (count > 0) alltoallv(c, send, blocks, recv, blocks, type);
+  const int p = c.transport.size();
+  const std::size_t block = count * size_of(type);
+  if (block == 0) return;
+  if (alltoall_method(block, p) == Method::bruck) {
+    bruck(c, send, recv, block);
+    return;
+  }
+  const BlockLayout blocks = BlockLayout::uniform(p, count);
+  alltoallv(c, send, blocks, recv, blocks, type);
 }
 
 }  // namespace chorus::coll

@@ -30,7 +30,7 @@ enum class Method : std::uint8_t {
   ring,                   // allgather(v), reduce_scatter(_v)
   pairwise,               // alltoall(v)
   dissemination,          // barrier
-  bruck,                  // allgather (small): ceil(log2 p) steps
+  bruck,                  // allgather, alltoall (small): ceil(log2 p) steps
   linear,                 // gather(v), scatter(v): the root talks to each rank
   reduce_scatter_gather,  // reduce (large): ring reduce-scatter, then gather
 };
@@ -94,6 +94,7 @@ void reduce_scatter(const Collective& c, const void* send, void* recv, std::size
 // equal recv_blocks.counts[rank] on rank j.
 void alltoallv(const Collective& c, const void* send, const BlockLayout& send_blocks, void* recv,
                const BlockLayout& recv_blocks, DataType type);
+Method alltoall_method(std::size_t block_bytes, int p) noexcept;
 void alltoall(const Collective& c, const void* send, void* recv, std::size_t count,
               DataType type);
 
