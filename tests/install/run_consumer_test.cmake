@@ -52,3 +52,14 @@ if(pmpi)
   endif()
   run(${CMAKE_COMMAND} -E env LD_PRELOAD=${pmpi} ${CMAKE_COMMAND} -E echo "libchorus_pmpi.so loads")
 endif()
+
+# 4. The perf tools: allreduce_perf and the other collectives' names (links
+#    to it) run from the prefix.
+if(EXISTS ${prefix}/bin/allreduce_perf)
+  foreach(tool allgather_perf broadcast_perf reduce_perf reduce_scatter_perf alltoall_perf)
+    execute_process(COMMAND ${prefix}/bin/${tool} -h RESULT_VARIABLE rc OUTPUT_VARIABLE usage)
+    if(NOT rc EQUAL 0 OR NOT usage MATCHES "USAGE: ${tool}")
+      message(FATAL_ERROR "${prefix}/bin/${tool} -h failed (${rc}): ${usage}")
+    endif()
+  endforeach()
+endif()
