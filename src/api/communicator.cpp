@@ -367,7 +367,7 @@ Call Communicator::Impl::make_call(coll::CollectiveKind kind, const CallArgs& a,
       slot_or_apart(a.recv, block, a.send, all, send_bytes + my_block,
                     "recv overlaps send without being this rank's block of it (in place means "
                     "recv == send + rank * count)");
-      method(Method::ring);
+      method(coll::reduce_scatter_method(all, p));
       break;
     case CollectiveKind::reduce_scatter_v: {
       std::size_t extent = 0;
@@ -380,7 +380,7 @@ Call Communicator::Impl::make_call(coll::CollectiveKind kind, const CallArgs& a,
                     "recv == send + the counts of the ranks before this one)");
       sign_counts(call.recv_blocks.counts);
       call.count = static_cast<std::size_t>(call.signature.count);
-      method(Method::ring);
+      method(coll::reduce_scatter_method(call.count * esize, p));
       break;
     }
     case CollectiveKind::alltoall:

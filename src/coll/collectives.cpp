@@ -16,6 +16,7 @@ std::string_view method_name(Method m) noexcept {
     case Method::bruck: return "bruck";
     case Method::linear: return "linear";
     case Method::reduce_scatter_gather: return "reduce_scatter_gather";
+    case Method::recursive_halving: return "recursive_halving";
   }
   return "unknown algorithm";
 }

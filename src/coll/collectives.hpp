@@ -33,6 +33,7 @@ enum class Method : std::uint8_t {
   bruck,                  // allgather, alltoall (small): ceil(log2 p) steps
   linear,                 // gather(v), scatter(v): the root talks to each rank
   reduce_scatter_gather,  // reduce (large): ring reduce-scatter, then gather
+  recursive_halving,      // reduce_scatter (small, p a power of two)
 };
 std::string_view method_name(Method m) noexcept;
 // Variant names for AllReduce indices, method names above them.
@@ -83,6 +84,7 @@ void allgatherv(const Collective& c, const void* send, void* recv, const BlockLa
 // reduce_scatter.cpp: send holds p blocks, counts[j] elements each, back to
 // back; recv (counts[rank]) gets block `rank` reduced over all ranks. In
 // place when recv is this rank's block of send.
+Method reduce_scatter_method(std::size_t total_bytes, int p) noexcept;
 void reduce_scatter_v(const Collective& c, const void* send, void* recv,
                       std::span<const std::size_t> counts, DataType type, ReduceOp op,
                       unsigned phase = 0);

@@ -1,9 +1,14 @@
-// Reduce-scatter around the ring: block j travels from rank j + 1 around to
-// rank j, each rank on the way adding its own block j, so every rank sends
-// and receives (p - 1) blocks and reduces each once. Partial sums alternate
+// Reduce-scatter. Ring: block j travels from rank j + 1 around to rank j,
+// each rank on the way adding its own block j, so every rank sends and
+// receives (p - 1) blocks and reduces each once. Partial sums alternate
 // between two scratch buffers, so that one can be sent while the next is
 // computed. Blocks may differ in size (the v-form); empty ones still take
 // their (empty) step, so every rank runs the same schedule.
+// Recursive halving (small buffers, p a power of two): in step k each rank
+// sends the half of its current range of blocks that its partner (rank xor
+// p / 2^(k+1)) keeps and adds the partner's copy of the half it keeps, so
+// after log2(p) steps it holds its own block, reduced. It moves the same
+// bytes as the ring in log2(p) steps instead of p - 1.
 #include "coll/collectives.hpp"
 
 #include "reduce/reduce.hpp"
@@ -12,6 +17,50 @@
 #include <cstring>
 
 namespace chorus::coll {
+namespace {
+
+// Recursive halving while the whole buffer is below this (measured at p =
+// 4, docs/tuning.md).
+constexpr std::size_t kHalvingBelowBytes = 64 * 1024;
+
+void recursive_halving(const Collective& c, const void* send, void* recv,
+                       const BlockLayout& blocks, DataType type, ReduceOp op, unsigned phase) {
+  transport::Transport& t = c.transport;
+  const int p = t.size(), r = t.rank();
+  const std::size_t esize = size_of(type);
+  auto offset = [&](int j) { return j == p ? blocks.offset(p - 1, esize) + blocks.bytes(p - 1, esize)
+                                           : blocks.offset(j, esize); };
+  std::byte* work = c.scratch_buffer(0, offset(p));
+  std::memcpy(work, send, offset(p));
+  std::byte* incoming = c.scratch_buffer(1, offset(p));
+  int low = 0, high = p;  // the blocks this rank still reduces
+  unsigned step = 0;
+  for (int mask = p / 2; mask > 0; mask /= 2, ++step) {
+    const int middle = low + (high - low) / 2;
+    const bool upper = (r & mask) != 0;
+    const int keep_low = upper ? middle : low, keep_high = upper ? high : middle;
+    const int give_low = upper ? low : middle, give_high = upper ? middle : high;
+    const transport::Tag tag = c.message_tag(phase, step, 0);
+    const std::size_t keep_bytes = offset(keep_high) - offset(keep_low);
+    auto got = t.irecv(r ^ mask, tag, incoming, keep_bytes);
+    auto sent = t.isend(r ^ mask, tag, work + offset(give_low), offset(give_high) - offset(give_low));
+    c.wait(*got);
+    if (keep_bytes)
+      reduce::reduce(work + offset(keep_low), incoming, keep_bytes / esize, type, op);
+    c.wait(*sent);
+    low = keep_low;
+    high = keep_high;
+  }
+  const std::size_t mine = blocks.bytes(r, esize);
+  if (mine) std::memcpy(recv, work + offset(r), mine);
+}
+
+}  // namespace
+
+Method reduce_scatter_method(std::size_t total_bytes, int p) noexcept {
+  const bool power_of_two = p > 2 && (p & (p - 1)) == 0;
+  return power_of_two && total_bytes < kHalvingBelowBytes ? Method::recursive_halving : Method::ring;
+}
 
 void reduce_scatter_v(const Collective& c, const void* send, void* recv,
                       std::span<const std::size_t> counts, DataType type, ReduceOp op,
@@ -27,6 +76,13 @@ void reduce_scatter_v(const Collective& c, const void* send, void* recv,
   const std::size_t largest = *std::max_element(counts.begin(), counts.end()) * esize;
   if (p == 1 || largest == 0) {
     if (my_count && recv != send) std::memcpy(recv, send, my_count * esize);
+    return;
+  }
+  const std::size_t total = blocks.offset(p - 1, esize) + blocks.bytes(p - 1, esize);
+  if (reduce_scatter_method(total, p) == Method::recursive_halving) {
+    recursive_halving(c, send, recv, blocks, type, op, phase);
+    if (op == ReduceOp::avg && my_count)
+      reduce::divide(recv, my_count, type, static_cast<std::size_t>(p));
     return;
   }
   const int next = (r + 1) % p, prev = (r - 1 + p) % p;
