@@ -321,10 +321,32 @@ Call Communicator::Impl::make_call(coll::CollectiveKind kind, const CallArgs& a,
     call.signature.count = total;
     call.signature.layout = hash == 0 ? 1 : hash;
   };
+  // The root's buffer of p blocks in gather(v) (recv) and scatter(v)
+  // (send): equal blocks of count, or as counts and displs say; the root's
+  // own block must be `count` elements, and its other buffer (`own`) is
+  // that block (in place) or apart from them all.
+  auto root_blocks = [&](const void* whole, const char* whole_name, const void* own,
+                         const char* own_name, std::span<const std::size_t> counts,
+                         std::span<const std::size_t> displs, const char* counts_name,
+                         const char* displs_name, bool equal) {
+    std::size_t extent = all;
+    BlockLayout blocks = equal ? BlockLayout::uniform(p, a.count)
+                               : layout(counts, displs, counts_name, displs_name, extent);
+    need(whole, fmt::format("{} buffer (at the root)", whole_name).c_str(), extent);
+    const std::size_t root_count = blocks.counts[static_cast<std::size_t>(me)];
+    if (root_count != a.count)
+      throw bad(fmt::format("the root's own block is {} elements ({}[{}]) but its {} count is {}",
+                            root_count, counts_name, me, own_name, a.count));
+    const auto* slot = static_cast<const std::byte*>(whole) + blocks.offset(me, esize);
+    slot_or_apart(own, block, whole, extent, slot,
+                  fmt::format("{} overlaps {} without being the root's block of it (in place "
+                              "means {} == {} + the root's displacement)",
+                              own_name, whole_name, own_name, whole_name).c_str());
+    return blocks;
+  };
   const auto* send_bytes = static_cast<const std::byte*>(a.send);
   auto* recv_bytes = static_cast<std::byte*>(a.recv);
   const std::size_t my_block = static_cast<std::size_t>(me) * block;
-  const std::size_t root_block = static_cast<std::size_t>(std::max(a.root, 0)) * block;
   call.signature.count = a.count;
   switch (kind) {
     case CollectiveKind::broadcast:
@@ -408,59 +430,21 @@ Call Communicator::Impl::make_call(coll::CollectiveKind kind, const CallArgs& a,
       break;
     }
     case CollectiveKind::gather:
-      need(a.send, "send buffer", block);
-      if (at_root) {
-        need(a.recv, "recv buffer (at the root)", all);
-        slot_or_apart(a.send, block, a.recv, all, recv_bytes + root_block,
-                      "send overlaps recv without being the root's block of it (in place means "
-                      "send == recv + root * count)");
-        call.recv_blocks = BlockLayout::uniform(p, a.count);
-      }
-      method(Method::linear);
-      break;
     case CollectiveKind::gatherv:
       need(a.send, "send buffer", block);
-      call.signature.count = 0;  // counts differ per rank: checked message by message
-      if (at_root) {
-        std::size_t extent = 0;
-        call.recv_blocks = layout(a.recv_counts, a.recv_displs, "recv_counts", "recv_displs", extent);
-        need(a.recv, "recv buffer (at the root)", extent);
-        const auto self = static_cast<std::size_t>(me);
-        if (call.recv_blocks.counts[self] != a.count)
-          throw bad(fmt::format("the root sends {} elements but expects {} from itself "
-                                "(recv_counts[{}])", a.count, call.recv_blocks.counts[self], me));
-        slot_or_apart(a.send, block, a.recv, extent, recv_bytes + call.recv_blocks.offset(me, esize),
-                      "send overlaps recv without being the root's block of it (in place means "
-                      "send == recv + recv_displs[root])");
-      }
+      if (at_root)
+        call.recv_blocks = root_blocks(a.recv, "recv", a.send, "send", a.recv_counts, a.recv_displs,
+                                       "recv_counts", "recv_displs", kind == CollectiveKind::gather);
+      if (kind == CollectiveKind::gatherv) call.signature.count = 0;  // checked message by message
       method(Method::linear);
       break;
     case CollectiveKind::scatter:
-      need(a.recv, "recv buffer", block);
-      if (at_root) {
-        need(a.send, "send buffer (at the root)", all);
-        slot_or_apart(a.recv, block, a.send, all, send_bytes + root_block,
-                      "recv overlaps send without being the root's block of it (in place means "
-                      "recv == send + root * count)");
-        call.send_blocks = BlockLayout::uniform(p, a.count);
-      }
-      method(Method::linear);
-      break;
     case CollectiveKind::scatterv:
       need(a.recv, "recv buffer", block);
-      call.signature.count = 0;  // counts differ per rank: checked message by message
-      if (at_root) {
-        std::size_t extent = 0;
-        call.send_blocks = layout(a.send_counts, a.send_displs, "send_counts", "send_displs", extent);
-        need(a.send, "send buffer (at the root)", extent);
-        const auto self = static_cast<std::size_t>(me);
-        if (call.send_blocks.counts[self] != a.count)
-          throw bad(fmt::format("the root sends itself {} elements (send_counts[{}]) but expects {}",
-                                call.send_blocks.counts[self], me, a.count));
-        slot_or_apart(a.recv, block, a.send, extent, send_bytes + call.send_blocks.offset(me, esize),
-                      "recv overlaps send without being the root's block of it (in place means "
-                      "recv == send + send_displs[root])");
-      }
+      if (at_root)
+        call.send_blocks = root_blocks(a.send, "send", a.recv, "recv", a.send_counts, a.send_displs,
+                                       "send_counts", "send_displs", kind == CollectiveKind::scatter);
+      if (kind == CollectiveKind::scatterv) call.signature.count = 0;  // checked message by message
       method(Method::linear);
       break;
     default:

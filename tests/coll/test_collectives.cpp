@@ -582,8 +582,8 @@ TEST(Collectives, InvalidArgumentsAreRefusedBeforeAnythingIsSent) {
                         }, "sends itself");
                         refused([&] {
                           if (comm.rank() == 0) comm.gatherv(x.data(), 4, y.data(), two_counts, {}, DataType::float32, 0);
-                          else throw Error(ErrorCode::invalid_argument, "the root sends 4 elements but expects 8");
-                        }, "the root sends 4 elements but expects 8");
+                          else throw Error(ErrorCode::invalid_argument, "gatherv: the root's own block is 8 elements (recv_counts[0]) but its send count is 4");
+                        }, "gatherv: the root's own block is 8 elements (recv_counts[0]) but its send count is 4");
                         refused([&] { comm.scatter(nullptr, x.data(), 8, DataType::float32, comm.rank()); },
                                 "scatter: send buffer (at the root) is null");
                         refused([&] { comm.barrier({Algorithm::ring}); },
