@@ -504,6 +504,28 @@ TEST(Collectives, SixtyFourRanksRunEveryCollective) {
                         Bytes back(mine.size());
                         comm.scatter(r == 40 ? at_root.data() : nullptr, back.data(), count, DataType::float32, 40);
                         require(back == mine, "scatter");
+                        // The v-forms: rank j's block is counts[j] elements.
+                        Bytes spread_v;
+                        for (int j = 0; j < p; ++j) {
+                          const Bytes b = values(DataType::float32, r, counts[j], ReduceOp::sum);
+                          spread_v.insert(spread_v.end(), b.begin(), b.end());
+                        }
+                        Bytes reduced_v(counts[r] * 4);
+                        comm.reduce_scatter_v(spread_v.data(), reduced_v.data(), counts, DataType::float32, ReduceOp::sum);
+                        require(reduced_v == reference(DataType::float32, p, counts[r], ReduceOp::sum), "reduce_scatter_v");
+                        // alltoallv: counts[j] to rank j, counts[r] from each.
+                        const std::vector<std::size_t> from_each(p, counts[r]);
+                        Bytes exchanged_v(counts[r] * 4 * p);
+                        comm.alltoallv(spread_v.data(), counts, {}, exchanged_v.data(), from_each, {}, DataType::float32);
+                        require(slice(exchanged_v, 9 * counts[r], counts[r], DataType::float32) ==
+                                    values(DataType::float32, 9, counts[r], ReduceOp::sum), "alltoallv");
+                        Bytes at_root_v(r == 33 ? gathered_v.size() : 0);
+                        comm.gatherv(part.data(), counts[r], at_root_v.data(), counts, {}, DataType::float32, 33);
+                        require(r != 33 || at_root_v == gathered_v, "gatherv");
+                        Bytes back_v(part.size());
+                        comm.scatterv(r == 33 ? at_root_v.data() : nullptr, counts, {}, back_v.data(), counts[r],
+                                      DataType::float32, 33);
+                        require(back_v == part, "scatterv");
                         comm.barrier();
                       }),
             "64 ranks");
