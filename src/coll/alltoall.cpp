@@ -82,8 +82,11 @@ void alltoallv(const Collective& c, const void* send, const BlockLayout& send_bl
                                recv_blocks.bytes(from, esize)));
     sends.push_back(t.isend(to, tag, in + send_blocks.offset(to, esize), send_blocks.bytes(to, esize)));
   }
-  for (const auto& receive : receives) wait_whole(c, *receive, esize, "recv_counts");
-  c.wait_all(sends);
+  // All at once, so that any peer's failure ends the call at once.
+  std::vector<transport::RequestPtr> all = receives;
+  all.insert(all.end(), sends.begin(), sends.end());
+  c.wait_all(all);
+  for (const auto& receive : receives) expect_whole(c, *receive, esize, "recv_counts");
 }
 
 void alltoall(const Collective& c, const void* send, void* recv, std::size_t count,

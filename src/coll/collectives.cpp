@@ -56,6 +56,11 @@ BlockLayout BlockLayout::packed(std::span<const std::size_t> counts) {
 void wait_whole(const Collective& c, const transport::Request& receive, std::size_t esize,
                 std::string_view what) {
   c.wait(receive);
+  expect_whole(c, receive, esize, what);
+}
+
+void expect_whole(const Collective& c, const transport::Request& receive, std::size_t esize,
+                  std::string_view what) {
   if (receive.received_bytes() != receive.bytes())
     c.fail(Error(ErrorCode::mismatched_collective,
                  fmt::format("rank {} sent {} elements where rank {}'s {} expects {}",

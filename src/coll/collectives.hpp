@@ -60,6 +60,9 @@ struct BlockLayout {
 // with mismatched_collective, naming both counts. `what` names the buffer.
 void wait_whole(const Collective& c, const transport::Request& receive, std::size_t esize,
                 std::string_view what);
+// The same check on a receive that has completed.
+void expect_whole(const Collective& c, const transport::Request& receive, std::size_t esize,
+                  std::string_view what);
 
 // broadcast.cpp: root's `count` elements to every rank's `buffer`.
 Method broadcast_method(std::size_t bytes, int p) noexcept;

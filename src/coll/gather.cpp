@@ -27,7 +27,8 @@ void gatherv(const Collective& c, const void* send, std::size_t send_count, void
   // The communicator has checked that the root sends itself what it expects.
   if (send_count && out + blocks.offset(root, esize) != send)
     std::memcpy(out + blocks.offset(root, esize), send, send_count * esize);
-  for (const auto& receive : receives) wait_whole(c, *receive, esize, "recv_counts");
+  c.wait_all(receives);  // any peer's failure ends the call at once
+  for (const auto& receive : receives) expect_whole(c, *receive, esize, "recv_counts");
 }
 
 }  // namespace chorus::coll

@@ -127,7 +127,16 @@ void Transport::wait(const Request& request, Deadline deadline,
 
 void Transport::wait_all(std::span<const RequestPtr> requests, Deadline deadline,
                          const std::function<void()>& on_poll) {
-  for (const auto& r : requests) wait(*r, deadline, on_poll);
+  // Any request's failure ends the wait, not only the one waited for: a
+  // collective that posted messages to many peers must not sit on a healthy
+  // peer's message (which may never come: that peer may be stuck on the same
+  // failure) while another request already knows a peer is gone.
+  const std::function<void()> poll = [&] {
+    for (const auto& r : requests)
+      if (const Error* e = r->error()) throw *e;
+    if (on_poll) on_poll();
+  };
+  for (const auto& r : requests) wait(*r, deadline, poll);
 }
 
 }  // namespace chorus::transport

@@ -126,6 +126,8 @@ class Transport {
   // may end the wait by throwing).
   void wait(const Request& request, Deadline deadline,
             const std::function<void()>& on_poll = nullptr);
+  // Until all end; the first failure among them (whichever request it is)
+  // is thrown at once.
   void wait_all(std::span<const RequestPtr> requests, Deadline deadline,
                 const std::function<void()>& on_poll = nullptr);
 

@@ -5,8 +5,11 @@
 #include <fmt/format.h>
 #include <poll.h>
 #include <ucp/api/ucp.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 namespace chorus::transport {
 namespace {
@@ -35,6 +38,41 @@ struct Pending {
   Pending* next = nullptr;
 };
 
+// Where a process runs, as far as its pid means anything: the host name
+// and the pid namespace. Two ranks with the same identity can see each
+// other's pids.
+struct ProcessIdentity {
+  char host[64] = {};
+  char pid_namespace[48] = {};
+  std::int32_t pid = 0;
+};
+
+ProcessIdentity this_process() {
+  ProcessIdentity id;
+  ::gethostname(id.host, sizeof id.host - 1);
+  const ssize_t n = ::readlink("/proc/self/ns/pid", id.pid_namespace, sizeof id.pid_namespace - 1);
+  if (n <= 0) id.pid_namespace[0] = '\0';  // unknown: never compared equal (below)
+  id.pid = static_cast<std::int32_t>(::getpid());
+  return id;
+}
+
+// Whether process `pid` of this pid namespace has ended (a zombie has: it
+// only waits to be reaped).
+bool process_ended(int pid) {
+  std::FILE* f = std::fopen(fmt::format("/proc/{}/stat", pid).c_str(), "r");
+  if (f == nullptr) return true;
+  char state = '?';
+  // "pid (comm) state ...": the state follows the last ')'.
+  char line[512] = {};
+  const std::size_t n = std::fread(line, 1, sizeof line - 1, f);
+  std::fclose(f);
+  const char* close = nullptr;
+  for (std::size_t i = 0; i < n; ++i)
+    if (line[i] == ')') close = line + i;
+  if (close && close + 2 < line + n) state = close[2];
+  return state == 'Z' || state == 'X';
+}
+
 }  // namespace
 
 struct UcxTransport::State {
@@ -46,10 +84,15 @@ struct UcxTransport::State {
   struct Peer {
     bool dead = false;
     std::string reason;
+    int local_pid = 0;  // its pid when it shares this host and pid namespace, else 0
   };
   std::vector<Peer> peers;
   std::vector<std::unique_ptr<std::pair<State*, int>>> handler_args;
   std::size_t completions = 0;  // bumped by callbacks, read by progress()
+  Clock::time_point last_liveness_check{};  // wait_for_activity's check of local peers
+  std::size_t completions_seen = 0;           // completions at the last check ...
+  Clock::time_point last_completion{};        // ... and when they last changed
+  Clock::time_point death_seen{};             // when the check first saw a dead peer
 
   // Abort notices: a peer that aborts sends its reason under a control tag
   // (every source bit set, which no rank has) before it goes, so that
@@ -248,14 +291,15 @@ UcxTransport::UcxTransport(int rank, int size)
   }
 }
 
-UcxTransport::~UcxTransport() {
-  State& s = *state_;
-  std::vector<void*> to_cancel;
-  for (Pending* p = s.inflight; p; p = p->next)
-    if (p->ucx && !p->request->is_send()) to_cancel.push_back(p->ucx);
-  for (void* handle : to_cancel) ucp_request_cancel(s.worker, handle);
-  if (s.notice_request) ucp_request_cancel(s.worker, s.notice_request);
-  for (ucp_ep_h ep : s.endpoints) {
+namespace {
+
+constexpr auto kStuckAfter = std::chrono::seconds(2);
+
+// Closes every endpoint at once (FORCE: no flush), so that UCX drops the
+// rendezvous transfers still running on them instead of finishing them into
+// buffers their owners may free as soon as their requests have failed.
+void close_endpoints(UcxTransport::State& s) {
+  for (ucp_ep_h& ep : s.endpoints) {
     if (!ep) continue;
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -267,20 +311,37 @@ UcxTransport::~UcxTransport() {
         ucp_worker_progress(s.worker);
       ucp_request_free(req);
     }
+    ep = nullptr;
   }
+}
+
+}  // namespace
+
+UcxTransport::~UcxTransport() {
+  State& s = *state_;
+  std::vector<void*> to_cancel;
+  for (Pending* p = s.inflight; p; p = p->next)
+    if (p->ucx && !p->request->is_send()) to_cancel.push_back(p->ucx);
+  for (void* handle : to_cancel) ucp_request_cancel(s.worker, handle);
+  if (s.notice_request) ucp_request_cancel(s.worker, s.notice_request);
+  close_endpoints(s);
   while (ucp_worker_progress(s.worker) != 0) {
   }
   ucp_worker_destroy(s.worker);
   ucp_cleanup(s.context);
 }
 
+// The blob: this process's identity (for the liveness check below), then
+// the UCP worker address.
 AddressBlob UcxTransport::address() {
   ucp_address_t* address = nullptr;
   std::size_t length = 0;
   const ucs_status_t st = ucp_worker_get_address(state_->worker, &address, &length);
   if (st != UCS_OK) throw ucx_error("worker address", st);
-  const auto* p = reinterpret_cast<const std::byte*>(address);
-  AddressBlob blob(p, p + length);
+  const ProcessIdentity id = this_process();
+  AddressBlob blob(sizeof id + length);
+  std::memcpy(blob.data(), &id, sizeof id);
+  std::memcpy(blob.data() + sizeof id, address, length);
   ucp_worker_release_address(state_->worker, address);
   return blob;
 }
@@ -291,13 +352,24 @@ void UcxTransport::connect(std::span<const AddressBlob> addresses, Deadline) {
     throw Error(ErrorCode::invalid_argument,
                 fmt::format("ucx connect: {} addresses for {} ranks", addresses.size(), size()));
   s.endpoints.assign(addresses.size(), nullptr);
+  const ProcessIdentity me = this_process();
   for (int r = 0; r < size(); ++r) {
+    const AddressBlob& blob = addresses[static_cast<std::size_t>(r)];
+    if (blob.size() <= sizeof(ProcessIdentity))
+      throw Error(ErrorCode::invalid_argument,
+                  fmt::format("ucx connect: rank {}'s address has {} bytes: not a Chorus UCX address",
+                              r, blob.size()));
+    ProcessIdentity id;
+    std::memcpy(&id, blob.data(), sizeof id);
+    id.host[sizeof id.host - 1] = id.pid_namespace[sizeof id.pid_namespace - 1] = '\0';
+    if (r != rank() && me.pid_namespace[0] != '\0' && std::strcmp(id.host, me.host) == 0 &&
+        std::strcmp(id.pid_namespace, me.pid_namespace) == 0 && id.pid > 0)
+      s.peers[static_cast<std::size_t>(r)].local_pid = id.pid;
     s.handler_args.push_back(std::make_unique<std::pair<State*, int>>(&s, r));
     ucp_ep_params_t ep{};
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                     UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    ep.address =
-        reinterpret_cast<const ucp_address_t*>(addresses[static_cast<std::size_t>(r)].data());
+    ep.address = reinterpret_cast<const ucp_address_t*>(blob.data() + sizeof(ProcessIdentity));
     ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     ep.err_handler.cb = on_endpoint_error;
     ep.err_handler.arg = s.handler_args.back().get();
@@ -379,6 +451,38 @@ bool UcxTransport::progress() {
 
 void UcxTransport::wait_for_activity(Deadline until) {
   State& s = *state_;
+  // UCX's keepalive misses a peer that dies while an endpoint to it is still
+  // being wired up (seen with alltoall, where every pair starts at once): a
+  // peer on this host whose process has ended is dead whatever UCX says.
+  // Checked twice a second while waiting (a /proc read per local peer).
+  if (const auto now = Clock::now(); now - s.last_liveness_check > std::chrono::milliseconds(500)) {
+    s.last_liveness_check = now;
+    if (s.completions != s.completions_seen) {
+      s.completions_seen = s.completions;
+      s.last_completion = now;
+    }
+    int dead = -1;
+    for (int r = 0; r < size(); ++r) {
+      const auto& peer = s.peers[static_cast<std::size_t>(r)];
+      if (!peer.dead && peer.local_pid > 0 && process_ended(peer.local_pid))
+        s.fail_peer(r, fmt::format("rank {} (pid {} on this host) has ended: it died or left", r,
+                                   peer.local_pid));
+      if (s.peers[static_cast<std::size_t>(r)].dead && dead < 0) dead = r;
+    }
+    // A process killed while writing into a peer's shared-memory queue can
+    // leave that queue stuck for good: then nothing arrives from anyone.
+    // Once a peer is dead and nothing has completed for kStuckAfter, the
+    // requests still waiting will not finish either; end them, saying why.
+    if (dead >= 0 && s.death_seen == Clock::time_point{}) s.death_seen = now;
+    if (dead >= 0 && s.inflight && now - std::max(s.last_completion, s.death_seen) > kStuckAfter) {
+      const std::string why = s.peers[static_cast<std::size_t>(dead)].reason;
+      for (int r = 0; r < size(); ++r)
+        s.fail_peer(r, fmt::format("nothing has arrived for {} s since rank {} failed ({}); "
+                                   "shared memory with it may be stuck, so rank {} is given up",
+                                   std::chrono::duration<double>(kStuckAfter).count(), dead, why,
+                                   r));
+    }
+  }
   if (ucp_worker_arm(s.worker) == UCS_ERR_BUSY) return;  // events are waiting already
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
   pollfd p{s.event_fd, POLLIN, 0};
@@ -414,6 +518,10 @@ void UcxTransport::abort(const std::string& reason) {
   for (int r = 0; r < size(); ++r)
     s.fail_peer(r, fmt::format("rank {} aborted: {}", rank(), reason));
   for (int i = 0; i < 100; ++i) ucp_worker_progress(s.worker);
+  // Now, while the failed requests' buffers still exist: a receive whose
+  // rendezvous had begun cannot be cancelled, and its data would otherwise
+  // keep arriving (the destructor's progress wrote into freed memory).
+  close_endpoints(s);
 }
 
 }  // namespace chorus::transport
