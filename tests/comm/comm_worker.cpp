@@ -125,19 +125,21 @@ void mismatch(Communicator& comm) {
 
 // The last rank kills itself in the middle of a large allreduce; the others
 // must fail within seconds, naming it.
-void peer_death(Communicator& comm) {
+// The last rank starts `collective` asynchronously and is killed while it
+// runs; the others keep calling it and must fail naming the victim.
+void die_during(Communicator& comm, const std::function<Work()>& async_call,
+                const std::function<void()>& call) {
   const int victim = comm.size() - 1;
-  std::vector<float> v(4 << 20, 1.0f);
   for (int iteration = 0;; ++iteration) {
     if (comm.rank() == victim && iteration == 3) {
-      Work w = comm.allreduce_async(std::span<float>(v), ReduceOp::sum, {Algorithm::ring});
+      Work w = async_call();
       std::this_thread::sleep_for(5ms);  // let the transfer start
       std::printf("dying_at_ms=%lld\n", epoch_ms());
       std::fflush(stdout);
       ::raise(SIGKILL);
     }
     try {
-      comm.allreduce(std::span<float>(v), ReduceOp::sum, {Algorithm::ring});
+      call();
     } catch (const Error& e) {
       std::printf("failed_at_ms=%lld\nerror (%s): %s\n", epoch_ms(),
                   std::string(to_string(e.code())).c_str(), e.what());
@@ -145,6 +147,22 @@ void peer_death(Communicator& comm) {
     }
     if (iteration > 1000) fail("the victim never died");
   }
+}
+
+void peer_death(Communicator& comm) {
+  std::vector<float> v(4 << 20, 1.0f);
+  die_during(
+      comm, [&] { return comm.allreduce_async(std::span<float>(v), ReduceOp::sum, {Algorithm::ring}); },
+      [&] { comm.allreduce(std::span<float>(v), ReduceOp::sum, {Algorithm::ring}); });
+}
+
+// The same during an alltoall (every rank talks to every other).
+void peer_death_alltoall(Communicator& comm) {
+  const std::size_t block = 1 << 20;  // floats per destination
+  std::vector<float> send(block * static_cast<std::size_t>(comm.size()), 1.0f), recv(send.size());
+  die_during(
+      comm, [&] { return comm.alltoall_async(send.data(), recv.data(), block, DataType::float32); },
+      [&] { comm.alltoall(send.data(), recv.data(), block, DataType::float32); });
 }
 
 // The last rank never calls: the others time out (CHORUS_TIMEOUT) naming
@@ -310,9 +328,9 @@ int main(int argc, char** argv) {
   const std::map<std::string, std::function<void(Communicator&)>> scenarios = {
       {"algorithms", algorithms}, {"async100", async100}, {"mismatch", mismatch},
       {"peer_death", peer_death}, {"timeout", timeout}, {"collectives", collectives},
-      {"split", split}};
+      {"split", split}, {"peer_death_alltoall", peer_death_alltoall}};
   if (argc != 2 || !scenarios.count(argv[1])) {
-    std::fprintf(stderr, "usage: comm_worker algorithms|async100|mismatch|peer_death|timeout|collectives|split\n");
+    std::fprintf(stderr, "usage: comm_worker algorithms|async100|mismatch|peer_death|timeout|collectives|split|peer_death_alltoall\n");
     return 2;
   }
   try {

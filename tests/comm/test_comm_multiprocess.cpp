@@ -70,9 +70,10 @@ TEST_P(CommMultiProcess, MismatchedCountsFailEveryRankAndOneSaysWhy) {
   EXPECT_TRUE(named) << testing::describe(results);
 }
 
-TEST_P(CommMultiProcess, KilledPeerFailsSurvivorsWithinFiveSeconds) {
-  const auto results = run("peer_death", 90);
-  const int victim = GetParam().size - 1;
+// The victim (the last rank) was killed mid-collective: every survivor
+// failed with a peer failure within 5 s, and at least one named the victim.
+void expect_survivors_failed_naming_the_victim(const std::vector<testing::ProcessResult>& results,
+                                               int victim) {
   ASSERT_EQ(results[victim].signal, SIGKILL) << testing::describe(results);
   const long long died = number_after(results[victim].output, "dying_at_ms");
   ASSERT_GT(died, 0) << testing::describe(results);
@@ -92,6 +93,14 @@ TEST_P(CommMultiProcess, KilledPeerFailsSurvivorsWithinFiveSeconds) {
   // moves 16 MiB here), and over UCX it races with the survivor's own exit;
   // a later survivor may then only see that the first one left.
   EXPECT_GE(naming_the_victim, 1) << testing::describe(results);
+}
+
+TEST_P(CommMultiProcess, KilledPeerFailsSurvivorsWithinFiveSeconds) {
+  expect_survivors_failed_naming_the_victim(run("peer_death", 90), GetParam().size - 1);
+}
+
+TEST_P(CommMultiProcess, KilledPeerDuringAlltoallFailsSurvivorsWithinFiveSeconds) {
+  expect_survivors_failed_naming_the_victim(run("peer_death_alltoall", 90), GetParam().size - 1);
 }
 
 TEST_P(CommMultiProcess, RankThatNeverCallsTimesOutNamingTheCall) {
