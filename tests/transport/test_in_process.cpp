@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 
+#include <chrono>
 #include <exception>
 #include <string>
 #include <thread>
@@ -92,6 +93,37 @@ TEST(LocalTransport, SixtyFourRanksExchangeWithEveryPeer) {
     for (int p = 0; p < t.size(); ++p)
       if (in[static_cast<std::size_t>(p)] != static_cast<std::uint32_t>(p * 1000 + t.rank()))
         throw std::runtime_error("wrong value from rank " + std::to_string(p));
+  }));
+}
+
+TEST(LocalTransport, WaitAllEndsAtTheFirstFailureWhicheverRequestItIs) {
+  // Rank 0 waits on a receive from rank 1 (which never sends) and then one
+  // from rank 2 (which aborts): the wait must end with rank 2's failure at
+  // once, not sit on rank 1's receive until the deadline.
+  expect_all_passed(run_ranks(3, [](Transport& t) {
+    std::uint64_t a = 0, b = 0;
+    if (t.rank() == 2) {
+      t.abort("rank 2 leaves");
+      return;
+    }
+    if (t.rank() == 1) {  // stays until rank 0 is done, sending nothing it waits for
+      t.wait(*t.irecv(0, 0x99, &a, sizeof a), transport::deadline_after(30));
+      return;
+    }
+    const std::vector<transport::RequestPtr> requests = {t.irecv(1, 0x42, &a, sizeof a),
+                                                         t.irecv(2, 0x42, &b, sizeof b)};
+    const auto start = transport::Clock::now();
+    try {
+      t.wait_all(requests, transport::deadline_after(20));
+      throw std::runtime_error("wait_all succeeded");
+    } catch (const Error& e) {
+      const double seconds =
+          std::chrono::duration<double>(transport::Clock::now() - start).count();
+      if (e.code() != ErrorCode::peer_failure || seconds > 5)
+        throw std::runtime_error("wait_all ended after " + std::to_string(seconds) + " s with: " +
+                                 e.what());
+    }
+    t.wait(*t.isend(1, 0x99, &a, sizeof a), transport::deadline_after(30));
   }));
 }
 
