@@ -74,17 +74,17 @@ void alltoallv(const Collective& c, const void* send, const BlockLayout& send_bl
   if (const std::size_t own = send_blocks.bytes(r, esize))
     std::memcpy(out + recv_blocks.offset(r, esize), in + send_blocks.offset(r, esize), own);
   if (p == 1) return;
-  std::vector<transport::RequestPtr> receives, sends;
+  // All requests are waited on together, so that any peer's failure ends
+  // the call at once; the receives are then checked for whole messages.
+  std::vector<transport::RequestPtr> receives, all;
   for (int s = 1; s < p; ++s) {
     const transport::Tag tag = c.message_tag(0, static_cast<unsigned>(s), 0);
     const int to = (r + s) % p, from = (r - s + p) % p;
     receives.push_back(t.irecv(from, tag, out + recv_blocks.offset(from, esize),
                                recv_blocks.bytes(from, esize)));
-    sends.push_back(t.isend(to, tag, in + send_blocks.offset(to, esize), send_blocks.bytes(to, esize)));
+    all.push_back(receives.back());
+    all.push_back(t.isend(to, tag, in + send_blocks.offset(to, esize), send_blocks.bytes(to, esize)));
   }
-  // All at once, so that any peer's failure ends the call at once.
-  std::vector<transport::RequestPtr> all = receives;
-  all.insert(all.end(), sends.begin(), sends.end());
   c.wait_all(all);
   for (const auto& receive : receives) expect_whole(c, *receive, esize, "recv_counts");
 }
