@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 
-TESTS = [("lat", 8, 20000), ("bw", 4 << 20, 200), ("bw", 64 << 20, 20)]
+TESTS = [("lat", 8, 100000), ("bw", 4 << 20, 500), ("bw", 64 << 20, 30)]
 TARGETS = {"lat": 1.3, "bw": 0.9}
 
 
