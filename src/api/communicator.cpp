@@ -135,14 +135,17 @@ Communicator::Impl::Impl(std::unique_ptr<transport::Transport> t,
   // Every rank probes (so that ranks with and without a tuning file still
   // meet); a tuning file's model, when it has one, replaces the probe's.
   coll::CostModel model;
-  const char* source = "parent communicator";
+  std::string source = "parent communicator";
   if (inherited) {
     model = *inherited;
   } else {
     coll::Collective probe{*transport, 0, transport::deadline_after(timeout_seconds), nullptr,
                            &abort_requested, &scratch};
-    model = coll::probe_cost_model(probe);
-    source = "probe";
+    const auto start = transport::Clock::now();
+    model = coll::probe_cost_model(probe, check_calls);
+    source = fmt::format("probe, {:.0f} ms",
+                         std::chrono::duration<double, std::milli>(transport::Clock::now() - start)
+                             .count());
   }
   if (tuning.model) {
     model = *tuning.model;

@@ -1,5 +1,6 @@
 #include "coll/selector.hpp"
 
+#include "coll/call_check.hpp"
 #include "coll/direct.hpp"
 #include "coll/halving_doubling.hpp"
 #include "coll/recursive_doubling.hpp"
@@ -216,7 +217,7 @@ double median(std::vector<double> v) {
 }
 }  // namespace
 
-CostModel probe_cost_model(const Collective& c) {
+CostModel probe_cost_model(const Collective& c, bool with_call_check) {
   transport::Transport& t = c.transport;
   const int r = t.rank(), p = t.size();
   CostModel model;
@@ -261,27 +262,56 @@ CostModel probe_cost_model(const Collective& c) {
   model.overhead = std::max(0.0, (many - one) / (kFanout - 1));
   model.beta = std::max(0.0, large - one) / static_cast<double>(1 << 20);
   // Every variant at every calibration size, float32 sum, on sequence
-  // numbers of the probe's own, far from the first calls'.
-  std::uint32_t sequence = 0xF000;
-  // The variants take turns call by call, so that a burst of noise (a rank
-  // descheduled) falls on all of them alike, and each keeps the median of
-  // its calls (the fastest call flatters a variant whose steps are only
-  // sometimes lucky in the scheduler when ranks outnumber cores).
-  constexpr int kCalls[CostModel::kCalibrationPoints] = {15, 15, 15, 15, 11, 11, 9, 5, 3, 3};
+  // numbers of the probe's own (about 6000 calls), half the tags' 16-bit
+  // sequence space away from the first calls'.
+  std::uint32_t sequence = 0x8000;
+  // What a variant costs is what a run of back-to-back calls of it costs
+  // per call, as allreduce_perf and a training loop see it, so each sample
+  // is a block of calls timed together, and a variant's cost is the
+  // slowest rank's median: a collective is done when its last rank is. (One
+  // rank's view flatters a variant without round trips, one-shot: a rank
+  // that comes last finds its peers' messages waiting and takes nothing,
+  // while they took the whole wait.) The variants take turns block by
+  // block, in an order that rotates every round, so that a burst of noise
+  // (a rank descheduled) and the skew one variant leaves the next fall on
+  // all of them alike.
+  // Small calls are cheap and the variants close: many rounds there. Large
+  // calls are long beside any skew: shorter blocks there.
+  constexpr int kRounds[CostModel::kCalibrationPoints] = {61, 61, 61, 61, 31, 31, 9, 5, 5, 5};
+  constexpr int kBlock[CostModel::kCalibrationPoints] = {3, 3, 3, 3, 3, 3, 3, 3, 2, 1};
   for (int size = 0; size < CostModel::kCalibrationPoints; ++size) {
     const std::size_t count = CostModel::kCalibrationBytes[size] / sizeof(float);
     std::vector<std::vector<double>> samples(kVariantCount);
-    for (int call = 0; call <= kCalls[size]; ++call)
-      for (int v = 0; v < kVariantCount; ++v) {
-        const Collective one = fresh(sequence++);
+    for (int round = 0; round <= kRounds[size]; ++round)  // round 0 is a warm-up
+      for (int turn = 0; turn < kVariantCount; ++turn) {
+        const int v = (turn + round) % kVariantCount;
         const auto start = transport::Clock::now();
-        allreduce_function(static_cast<Variant>(v))(one, out.data(), in.data(), count,
-                                                    DataType::float32, ReduceOp::sum);
-        if (call > 0)  // the first is a warm-up
-          samples[v].push_back(std::chrono::duration<double>(transport::Clock::now() - start).count());
+        for (int call = 0; call < kBlock[size]; ++call) {
+          Collective one = fresh(sequence++);
+          // A call runs beside its call check, whose rounds a variant with
+          // few steps of its own cannot hide (one-shot): time them together.
+          std::optional<CallCheck> check;
+          if (with_call_check) {
+            const CallSignature signature{static_cast<std::uint8_t>(CollectiveKind::allreduce),
+                                          static_cast<std::uint8_t>(DataType::float32),
+                                          static_cast<std::uint8_t>(ReduceOp::sum),
+                                          static_cast<std::uint8_t>(v), -1, count, 0};
+            check.emplace(one, signature, variant_name);
+            one.check = &*check;
+          }
+          allreduce_function(static_cast<Variant>(v))(one, out.data(), in.data(), count,
+                                                      DataType::float32, ReduceOp::sum);
+          if (check) check->finish(one.deadline);
+        }
+        if (round > 0)
+          samples[v].push_back(
+              std::chrono::duration<double>(transport::Clock::now() - start).count() / kBlock[size]);
       }
     for (int v = 0; v < kVariantCount; ++v) model.measured[v][size] = median(samples[v]);
   }
+  recursive_doubling_allreduce(fresh(sequence++), model.measured, model.measured,
+                               std::size(model.measured) * CostModel::kCalibrationPoints,
+                               DataType::float64, ReduceOp::max);
   model.calibrated = true;
   if (r == 0) {
     // gamma: c = a + b on float32, the reduction every algorithm runs.

@@ -106,10 +106,13 @@ class Selector {
 
 // Measures alpha, overhead and beta with steps in which every rank sends and
 // receives at once, gamma by reducing, and then times every variant at
-// CostModel::kCalibrationBytes (0.1-0.3 s in all); every rank gets rank 0's numbers, so
-// that all ranks decide alike. Collective: every rank calls it with the same
-// `c`.
-CostModel probe_cost_model(const Collective& c);
+// CostModel::kCalibrationBytes (0.1 s at p = 2, about 0.5 s at p = 4 on two
+// cores); every rank gets the same model (the slowest rank's variant times,
+// rank 0's constants), so that all ranks decide alike. Collective: every
+// rank calls it with the same `c`. `with_call_check`: time each call with
+// its call check beside it, as the communicator runs calls unless
+// CHORUS_CHECK=0.
+CostModel probe_cost_model(const Collective& c, bool with_call_check);
 
 
 }  // namespace chorus::coll
