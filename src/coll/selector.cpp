@@ -276,13 +276,19 @@ CostModel probe_cost_model(const Collective& c, bool with_call_check) {
   // (a rank descheduled) and the skew one variant leaves the next fall on
   // all of them alike.
   // Small calls are cheap and the variants close: many rounds there. Large
-  // calls are long beside any skew: shorter blocks there.
+  // calls are long beside any skew: shorter blocks there. A call's cost
+  // grows with p and so does what one call averages over, so the rounds
+  // shrink beyond 4 ranks, keeping the probe's time roughly level (at 64
+  // in-process ranks on two cores the full count took a minute).
   constexpr int kRounds[CostModel::kCalibrationPoints] = {61, 61, 61, 61, 31, 31, 9, 5, 5, 5};
   constexpr int kBlock[CostModel::kCalibrationPoints] = {3, 3, 3, 3, 3, 3, 3, 3, 2, 1};
+  constexpr int kMinRounds = 3;
+  const int shrink = std::max(1, p / 4);
   for (int size = 0; size < CostModel::kCalibrationPoints; ++size) {
     const std::size_t count = CostModel::kCalibrationBytes[size] / sizeof(float);
+    const int rounds = std::max(kMinRounds, kRounds[size] / shrink);
     std::vector<std::vector<double>> samples(kVariantCount);
-    for (int round = 0; round <= kRounds[size]; ++round)  // round 0 is a warm-up
+    for (int round = 0; round <= rounds; ++round)  // round 0 is a warm-up
       for (int turn = 0; turn < kVariantCount; ++turn) {
         const int v = (turn + round) % kVariantCount;
         const auto start = transport::Clock::now();
