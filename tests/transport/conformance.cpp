@@ -296,15 +296,20 @@ void last_message_outlives_sender(Transport& t, const std::function<void()>& lea
 
 void peer_death(Transport& t, const std::function<void()>& die) {
   const int victim = t.size() - 1;
-  const std::size_t bytes = 32 << 20;
+  // 32 MiB messages, and 4 MiB ones, which a transport may move differently
+  // (UCX on one host: by cross-memory attach, read by the receiver).
+  const std::size_t bytes = 32 << 20, mid = 4 << 20;
   std::vector<std::byte> out(bytes, std::byte{1}), in(bytes);
-  // Everyone starts a large exchange with the victim (and the victim with
+  std::vector<std::byte> mid_out(mid, std::byte{2}), mid_in(mid);
+  // Everyone starts large exchanges with the victim (and the victim with
   // everyone), plus a small receive that the victim will never send.
   std::vector<RequestPtr> pending;
   if (t.rank() == victim) {
     for (int peer = 0; peer < victim; ++peer) {
       pending.push_back(t.isend(peer, 1, out.data(), bytes));
       pending.push_back(t.irecv(peer, 2, in.data(), bytes));
+      pending.push_back(t.isend(peer, 5, mid_out.data(), mid));
+      pending.push_back(t.irecv(peer, 6, mid_in.data(), mid));
     }
     // Let the transfers get going, then die in the middle of them.
     const auto until = Clock::now() + std::chrono::milliseconds(50);
@@ -315,6 +320,8 @@ void peer_death(Transport& t, const std::function<void()>& die) {
   std::uint64_t never = 0;
   pending.push_back(t.irecv(victim, 1, in.data(), bytes));
   pending.push_back(t.isend(victim, 2, out.data(), bytes));
+  pending.push_back(t.irecv(victim, 5, mid_in.data(), mid));
+  pending.push_back(t.isend(victim, 6, mid_out.data(), mid));
   pending.push_back(t.irecv(victim, 3, &never, sizeof never));
   const auto start = Clock::now();
   for (const auto& r : pending) {

@@ -4,8 +4,12 @@
 
 #include <fmt/format.h>
 #include <poll.h>
+#include <sys/uio.h>
 #include <ucp/api/ucp.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
 
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +30,35 @@ Error ucx_error(const std::string& what, ucs_status_t status) {
                fmt::format("UCX {}: {}", what, ucs_status_string(status)));
 }
 
+// Large messages between ranks of one host go by cross-memory attach
+// (process_vm_readv): the sender sends a descriptor of its buffer under the
+// message's tag with kIndirectBit set, the receiver copies the data
+// straight out of the sender's memory into its posted buffer and answers
+// with an ack, and the send completes at the ack. One copy, no rendezvous
+// through UCX, whose rendezvous under peer error handling is slower than
+// its own default mode (docs/transports.md).
+//
+// A send that fails before its ack (its peer or the call failed) withdraws
+// the descriptor it keeps in its own memory before the caller can reuse the
+// buffer; the receiver reads that descriptor back after the data and
+// refuses what it copied unless it is still there. So a receiver never
+// takes a buffer its sender has given up as a message.
+struct CmaDescriptor {
+  std::uint64_t magic = 0;
+  std::uint64_t address = 0;  // of the data, in the sender's address space
+  std::uint64_t bytes = 0;
+  std::uint64_t cookie = 0;  // names the sender's ack receive
+  std::uint64_t self = 0;    // where the sender keeps this descriptor
+};
+constexpr std::uint64_t kCmaMagic = 0x43484f5255534d41;  // "CHORUSMA"
+// The ack's status.
+enum CmaAck : std::int64_t { cma_read = 0, cma_truncated = 1, cma_failed = 2 };
+// The sizes that go by CMA. Below, UCX's own paths are as fast; above, a
+// single copy from memory to memory loses to UCX's pipelined shared-memory
+// copies, where both processes copy at once (measured, docs/transports.md).
+constexpr std::size_t kCmaMinBytes = 64 << 10;
+constexpr std::size_t kCmaMaxBytes = 8 << 20;
+
 // What a UCX request completes into; owned by the transport until UCX calls
 // back (or the request is cancelled and then calls back).
 struct Pending {
@@ -36,6 +69,15 @@ struct Pending {
   void* ucx = nullptr;  // the UCX request handle while in flight
   Pending* prev = nullptr;  // the in-flight list, intrusive: no allocation
   Pending* next = nullptr;
+  // CMA: a send waiting for its ack (it is a receive to UCX), or a receive
+  // from a peer that may send a descriptor.
+  bool awaits_ack = false;
+  void* buffer = nullptr;  // a receive's own buffer
+  bool bounced = false;    // received into `small`: the buffer is smaller than a descriptor
+  bool queued = false;     // a descriptor arrived: waiting in to_read, UCX is done with it
+  CmaDescriptor descriptor;  // sent (lives until the ack) or received
+  std::int64_t ack = 0;      // where the ack lands
+  alignas(8) std::byte small[sizeof(CmaDescriptor)] = {};
 };
 
 // Where a process runs, as far as its pid means anything: the host name
@@ -45,7 +87,37 @@ struct ProcessIdentity {
   char host[64] = {};
   char pid_namespace[48] = {};
   std::int32_t pid = 0;
+  std::int32_t cma = 0;  // 1: it reads peers' memory (and may be read)
 };
+
+// Whether this process may copy from a peer process's memory: not turned
+// off by CHORUS_UCX_CMA=0, no Yama ptrace restriction (which forbids it
+// between sibling processes), and the system call allowed (a container's
+// seccomp filter may refuse it). Decided once per process.
+bool cma_check() {
+  if (const char* env = std::getenv("CHORUS_UCX_CMA"); env && std::strcmp(env, "0") == 0)
+    return false;
+  if (std::FILE* f = std::fopen("/proc/sys/kernel/yama/ptrace_scope", "r")) {
+    const int scope = std::fgetc(f);
+    std::fclose(f);
+    if (scope != '0') {
+      log::info("ucx: no cross-memory attach: kernel.yama.ptrace_scope is not 0");
+      return false;
+    }
+  }
+  char from = 1, to = 0;
+  iovec local{&to, 1}, remote{&from, 1};
+  if (::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0) != 1) {
+    log::info("ucx: no cross-memory attach: process_vm_readv: {}", std::strerror(errno));
+    return false;
+  }
+  return true;
+}
+
+bool cma_usable() {
+  static const bool usable = cma_check();
+  return usable;
+}
 
 ProcessIdentity this_process() {
   ProcessIdentity id;
@@ -87,6 +159,15 @@ struct UcxTransport::State {
     int local_pid = 0;  // its pid when it shares this host and pid namespace, else 0
   };
   std::vector<Peer> peers;
+  bool cma = false;                 // this process reads peers' memory
+  std::vector<bool> cma_with;       // ... and peer r's too (same host, both able)
+  std::uint64_t next_cookie = 0;    // of this rank's CMA sends
+  std::vector<Pending*> to_read;    // CMA descriptors received, read after progress
+  struct AckSend {
+    std::int64_t status = 0;
+    void* ucx = nullptr;
+  };
+  std::vector<std::unique_ptr<AckSend>> acks;  // ack sends UCX still holds
   std::vector<std::unique_ptr<std::pair<State*, int>>> handler_args;
   std::size_t completions = 0;  // bumped by callbacks, read by progress()
   Clock::time_point last_liveness_check{};  // wait_for_activity's check of local peers
@@ -124,6 +205,10 @@ struct UcxTransport::State {
     p->peer = peer;
     p->capacity = capacity;
     p->ucx = nullptr;
+    p->awaits_ack = false;
+    p->buffer = nullptr;
+    p->bounced = false;
+    p->queued = false;
     p->prev = nullptr;
     p->next = inflight;
     if (inflight) inflight->prev = p;
@@ -138,7 +223,16 @@ struct UcxTransport::State {
     spare.push_back(p);
   }
 
+  // A CMA send ends: its descriptor is withdrawn before anyone may reuse
+  // the buffer (the fence orders it before the caller's next writes).
+  static void withdraw(Pending* p) {
+    if (!p->awaits_ack) return;
+    p->descriptor.magic = 0;
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
+
   void finish(Pending* p, ucs_status_t status, std::size_t length) {
+    withdraw(p);
     ++completions;
     const int peer = p->peer;
     if (status == UCS_OK) {
@@ -179,8 +273,9 @@ struct UcxTransport::State {
     std::vector<void*> to_cancel;
     for (Pending* p = inflight; p; p = p->next) {
       if (p->peer != peer) continue;
+      withdraw(p);
       p->request->fail(ErrorCode::peer_failure, message);
-      if (!p->request->is_send() && p->ucx) to_cancel.push_back(p->ucx);
+      if ((!p->request->is_send() || p->awaits_ack) && p->ucx) to_cancel.push_back(p->ucx);
     }
     // Cancelling runs the callback at once, which releases its record: no
     // walk over `inflight` may be open here.
@@ -197,15 +292,137 @@ void on_send(void* ucx_request, ucs_status_t status, void* user) {
   p->state->finish(p, status, 0);
 }
 
+constexpr ucp_tag_t kIndirectBit = ucp_tag_t{1} << 63;  // the message is a CmaDescriptor
+constexpr ucp_tag_t kDataMask = ~kIndirectBit;          // a receive takes either kind
+
 void on_receive(void* ucx_request, ucs_status_t status, const ucp_tag_recv_info_t* info,
                 void* user) {
   auto* p = static_cast<Pending*>(user);
   p->ucx = ucx_request;
-  p->state->finish(p, status, info ? info->length : 0);
+  const std::size_t length = info ? info->length : 0;
+  if (status == UCS_OK && info && (info->sender_tag & kIndirectBit)) {
+    // A descriptor: the data is read after progress (not inside UCX's
+    // callback), by read_indirect().
+    std::memcpy(&p->descriptor, p->bounced ? p->small : p->buffer,
+                std::min(length, sizeof p->descriptor));
+    if (length != sizeof p->descriptor) p->descriptor.magic = 0;  // malformed: refused there
+    ucp_request_free(ucx_request);
+    p->ucx = nullptr;
+    p->queued = true;
+    p->state->to_read.push_back(p);
+    return;
+  }
+  if (status == UCS_OK && p->bounced) {
+    if (length > p->capacity) status = UCS_ERR_MESSAGE_TRUNCATED;
+    else if (length > 0) std::memcpy(p->buffer, p->small, length);
+  }
+  p->state->finish(p, status, length);
+}
+
+// The sender's side of a CMA message: the receiver's ack ends the send.
+void on_ack(void* ucx_request, ucs_status_t status, const ucp_tag_recv_info_t*, void* user) {
+  auto* p = static_cast<Pending*>(user);
+  p->ucx = ucx_request;
+  if (status == UCS_OK && p->ack == cma_failed)
+    p->request->fail(ErrorCode::peer_failure,
+                     fmt::format("rank {}: {} failed: the receiver could not read it from this "
+                                 "process's memory (cross-memory attach)",
+                                 p->state->rank, p->request->describe()));
+  // A receive too small for the message is the receiver's error; the send
+  // completes normally, as the transport contract says.
+  p->state->finish(p, status, 0);
+}
+
+void send_ack(UcxTransport::State& s, int peer, std::uint64_t cookie, CmaAck status);
+
+// Copies every received descriptor's message out of its sender's memory,
+// acks it, and ends the receive.
+void read_indirect(UcxTransport::State& s) {
+  auto batch = std::move(s.to_read);
+  s.to_read.clear();
+  for (Pending* p : batch) {
+    const CmaDescriptor d = p->descriptor;
+    const int peer = p->peer;
+    if (s.peers[static_cast<std::size_t>(peer)].dead) {  // the request has failed already
+      s.finish(p, UCS_ERR_CANCELED, 0);
+      continue;
+    }
+    if (d.magic != kCmaMagic) {
+      // Not one of ours: the peer broke the protocol. No ack can be named.
+      s.fail_peer(peer, fmt::format("rank {} sent a malformed cross-memory-attach descriptor "
+                                    "(tag {:#x}); its messages are refused",
+                                    peer, p->request->tag()));
+      s.finish(p, UCS_ERR_CANCELED, 0);
+      continue;
+    }
+    if (d.bytes > p->capacity) {
+      send_ack(s, peer, d.cookie, cma_truncated);
+      s.finish(p, UCS_ERR_MESSAGE_TRUNCATED, d.bytes);
+      continue;
+    }
+    std::size_t done = 0;
+    int error = 0;
+    const pid_t pid = s.peers[static_cast<std::size_t>(peer)].local_pid;
+    while (done < d.bytes && error == 0) {
+      iovec local{static_cast<std::byte*>(p->buffer) + done, d.bytes - done};
+      iovec remote{reinterpret_cast<void*>(d.address + done), d.bytes - done};
+      const ssize_t n = ::process_vm_readv(pid, &local, 1, &remote, 1, 0);
+      if (n > 0) done += static_cast<std::size_t>(n);
+      else error = n == 0 ? EFAULT : errno;
+    }
+    if (error == 0) {  // still offered? (see CmaDescriptor)
+      CmaDescriptor now;
+      iovec local{&now, sizeof now};
+      iovec remote{reinterpret_cast<void*>(d.self), sizeof now};
+      if (::process_vm_readv(pid, &local, 1, &remote, 1, 0) != static_cast<ssize_t>(sizeof now))
+        error = errno != 0 ? errno : EFAULT;
+      else if (now.magic != kCmaMagic || now.cookie != d.cookie)
+        error = ECANCELED;
+    }
+    if (error != 0) {
+      send_ack(s, peer, d.cookie, cma_failed);
+      p->request->fail(
+          ErrorCode::peer_failure,
+          fmt::format("rank {}: {}: reading it from rank {}'s memory failed after {} of {} bytes: "
+                      "{}{}",
+                      s.rank, p->request->describe(), peer, done, d.bytes,
+                      error == ECANCELED ? "the sender withdrew it (its send failed)"
+                                         : std::strerror(error),
+                      error == ESRCH ? " (it died)" : ""));
+      s.finish(p, UCS_OK, 0);
+      continue;
+    }
+    send_ack(s, peer, d.cookie, cma_read);
+    s.finish(p, UCS_OK, d.bytes);
+  }
 }
 
 constexpr ucp_tag_t kNoticeSource = (ucp_tag_t{1} << (64 - kRankShift)) - 1;
 constexpr ucp_tag_t kNoticeTag = kNoticeSource << kRankShift;  // | sender rank
+// CMA acks: | the sender's cookie. Neither control source is a rank's, with
+// or without kIndirectBit (ranks stay below 2^23 - 2).
+constexpr ucp_tag_t kAckSource = kNoticeSource - 1;
+constexpr int kMaxUcxRanks = (1 << 23) - 2;
+
+void send_ack(UcxTransport::State& s, int peer, std::uint64_t cookie, CmaAck status) {
+  // Sweep the acks UCX has finished with, then send this one from a buffer
+  // that lives until UCX is done with it too.
+  std::erase_if(s.acks, [](const auto& a) {
+    if (ucp_request_check_status(a->ucx) == UCS_INPROGRESS) return false;
+    ucp_request_free(a->ucx);
+    return true;
+  });
+  if (s.peers[static_cast<std::size_t>(peer)].dead) return;
+  auto ack = std::make_unique<UcxTransport::State::AckSend>();
+  ack->status = status;
+  ucp_request_param_t param{};
+  void* r = ucp_tag_send_nbx(s.endpoints[static_cast<std::size_t>(peer)], &ack->status,
+                             sizeof ack->status, (kAckSource << kRankShift) | cookie, &param);
+  if (UCS_PTR_IS_PTR(r)) {
+    ack->ucx = r;
+    s.acks.push_back(std::move(ack));
+  }  // else sent already, or the peer is gone (its error handler says so)
+}
 
 void post_notice_receive(UcxTransport::State& s);
 
@@ -261,7 +478,11 @@ UcxTransport::UcxTransport(int rank, int size)
     : Transport(rank, size), state_(std::make_unique<State>()) {
   State& s = *state_;
   s.rank = rank;
+  if (size > kMaxUcxRanks)
+    throw Error(ErrorCode::unsupported,
+                fmt::format("the ucx transport takes at most {} ranks, not {}", kMaxUcxRanks, size));
   s.peers.resize(static_cast<std::size_t>(size));
+  s.cma = cma_usable();
   // Peer-failure detection within seconds, with shared memory kept usable.
   default_env("UCX_KEEPALIVE_INTERVAL", "250ms");
   default_env("UCX_POSIX_ERROR_HANDLING", "y");
@@ -321,12 +542,13 @@ UcxTransport::~UcxTransport() {
   State& s = *state_;
   std::vector<void*> to_cancel;
   for (Pending* p = s.inflight; p; p = p->next)
-    if (p->ucx && !p->request->is_send()) to_cancel.push_back(p->ucx);
+    if (p->ucx && (!p->request->is_send() || p->awaits_ack)) to_cancel.push_back(p->ucx);
   for (void* handle : to_cancel) ucp_request_cancel(s.worker, handle);
   if (s.notice_request) ucp_request_cancel(s.worker, s.notice_request);
   close_endpoints(s);
   while (ucp_worker_progress(s.worker) != 0) {
   }
+  for (const auto& ack : s.acks) ucp_request_free(ack->ucx);
   ucp_worker_destroy(s.worker);
   ucp_cleanup(s.context);
 }
@@ -338,7 +560,8 @@ AddressBlob UcxTransport::address() {
   std::size_t length = 0;
   const ucs_status_t st = ucp_worker_get_address(state_->worker, &address, &length);
   if (st != UCS_OK) throw ucx_error("worker address", st);
-  const ProcessIdentity id = this_process();
+  ProcessIdentity id = this_process();
+  id.cma = state_->cma ? 1 : 0;
   AddressBlob blob(sizeof id + length);
   std::memcpy(blob.data(), &id, sizeof id);
   std::memcpy(blob.data() + sizeof id, address, length);
@@ -352,6 +575,7 @@ void UcxTransport::connect(std::span<const AddressBlob> addresses, Deadline) {
     throw Error(ErrorCode::invalid_argument,
                 fmt::format("ucx connect: {} addresses for {} ranks", addresses.size(), size()));
   s.endpoints.assign(addresses.size(), nullptr);
+  s.cma_with.assign(addresses.size(), false);
   const ProcessIdentity me = this_process();
   for (int r = 0; r < size(); ++r) {
     const AddressBlob& blob = addresses[static_cast<std::size_t>(r)];
@@ -363,8 +587,10 @@ void UcxTransport::connect(std::span<const AddressBlob> addresses, Deadline) {
     std::memcpy(&id, blob.data(), sizeof id);
     id.host[sizeof id.host - 1] = id.pid_namespace[sizeof id.pid_namespace - 1] = '\0';
     if (r != rank() && me.pid_namespace[0] != '\0' && std::strcmp(id.host, me.host) == 0 &&
-        std::strcmp(id.pid_namespace, me.pid_namespace) == 0 && id.pid > 0)
+        std::strcmp(id.pid_namespace, me.pid_namespace) == 0 && id.pid > 0) {
       s.peers[static_cast<std::size_t>(r)].local_pid = id.pid;
+      s.cma_with[static_cast<std::size_t>(r)] = s.cma && id.cma == 1;
+    }
     s.handler_args.push_back(std::make_unique<std::pair<State*, int>>(&s, r));
     ucp_ep_params_t ep{};
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
@@ -393,6 +619,38 @@ RequestPtr UcxTransport::isend(int peer, Tag tag, const void* buf, std::size_t b
     return request;
   }
   Pending* p = s.acquire(request, peer, bytes);
+  if (bytes >= kCmaMinBytes && bytes <= kCmaMaxBytes && s.cma_with[static_cast<std::size_t>(peer)]) {
+    // By cross-memory attach: wait for the ack, then send the descriptor,
+    // which lives in the record until the ack (after the receiver read it).
+    p->awaits_ack = true;
+    p->descriptor = {kCmaMagic, reinterpret_cast<std::uintptr_t>(buf), bytes,
+                     ++s.next_cookie & kMaxTag, reinterpret_cast<std::uintptr_t>(&p->descriptor)};
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                         UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    param.cb.recv = on_ack;
+    param.user_data = p;
+    void* r = ucp_tag_recv_nbx(s.worker, &p->ack, sizeof p->ack,
+                               (kAckSource << kRankShift) | p->descriptor.cookie, kFullMask, &param);
+    if (UCS_PTR_IS_ERR(r)) {
+      s.finish(p, UCS_PTR_STATUS(r), 0);
+      return request;
+    }
+    p->ucx = r;
+    ucp_request_param_t send_param{};
+    void* d = ucp_tag_send_nbx(s.endpoints[static_cast<std::size_t>(peer)], &p->descriptor,
+                               sizeof p->descriptor, ucx_tag(rank(), tag) | kIndirectBit,
+                               &send_param);
+    if (UCS_PTR_IS_ERR(d)) {
+      request->fail(ErrorCode::peer_failure,
+                    fmt::format("rank {}: {} failed: {}", rank(), request->describe(),
+                                ucs_status_string(UCS_PTR_STATUS(d))));
+      ucp_request_cancel(s.worker, r);  // its callback releases the record
+    } else if (d != nullptr) {
+      ucp_request_free(d);  // UCX keeps it until it is sent
+    }
+    return request;
+  }
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param.cb.send = on_send;
@@ -424,6 +682,18 @@ RequestPtr UcxTransport::irecv(int peer, Tag tag, void* buf, std::size_t bytes) 
     return request;
   }
   Pending* p = s.acquire(request, peer, bytes);
+  p->buffer = buf;
+  // From a peer that may send a descriptor instead of the data, the receive
+  // takes either kind, and one too small to hold a descriptor lands in the
+  // record first (so that a large message is still named as too large).
+  const bool either = s.cma_with.empty() ? false : s.cma_with[static_cast<std::size_t>(peer)];
+  void* into = buf;
+  std::size_t room = bytes;
+  if (either && bytes < sizeof p->small) {
+    p->bounced = true;
+    into = p->small;
+    room = sizeof p->small;
+  }
   ucp_request_param_t param{};
   // UCX 1.13 leaves recv_info's length at 0 when a receive completes at once
   // (the message was already waiting), so immediate completion is refused:
@@ -432,10 +702,11 @@ RequestPtr UcxTransport::irecv(int peer, Tag tag, void* buf, std::size_t bytes) 
                        UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   param.cb.recv = on_receive;
   param.user_data = p;
-  void* r = ucp_tag_recv_nbx(s.worker, buf, bytes, ucx_tag(peer, tag), kFullMask, &param);
+  void* r = ucp_tag_recv_nbx(s.worker, into, room, ucx_tag(peer, tag),
+                             either ? kDataMask : kFullMask, &param);
   if (UCS_PTR_IS_ERR(r)) {
     s.finish(p, UCS_PTR_STATUS(r), 0);
-  } else if (!request->done()) {
+  } else if (!request->done() && !p->queued) {
     p->ucx = r;
   }  // else the callback ran inside the call and has freed r already
   return request;
@@ -445,6 +716,7 @@ bool UcxTransport::progress() {
   State& s = *state_;
   const std::size_t before = s.completions;
   const unsigned n = ucp_worker_progress(s.worker);
+  if (!s.to_read.empty()) read_indirect(s);
   if (!s.notices.empty()) handle_notices(s);
   return n > 0 || s.completions != before;
 }

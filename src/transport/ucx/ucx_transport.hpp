@@ -5,6 +5,15 @@
 // memory and CMA on one host, TCP or RDMA verbs across hosts; UCX_TLS,
 // UCX_NET_DEVICES and friends pass through untouched.
 //
+// Large messages between ranks of one host (64 KiB to 8 MiB) go by
+// cross-memory attach: the sender sends a small descriptor of its buffer
+// under the message's tag, the receiver copies the data out of the sender's
+// memory with process_vm_readv and acks, and the send ends at the ack. A
+// send that fails first withdraws its descriptor, and the receiver checks it
+// is still offered after copying, so nothing withdrawn is ever taken.
+// Off with CHORUS_UCX_CMA=0, and off by itself where Yama's ptrace_scope or
+// a seccomp filter forbids reading a peer's memory (both ends must allow it).
+//
 // Failure: endpoints use UCP_ERR_HANDLING_MODE_PEER, so a dead peer fails
 // the sends to it; its pending receives are cancelled and failed by the
 // error handler. Unless the user set them, UCX_KEEPALIVE_INTERVAL is 0.25 s
