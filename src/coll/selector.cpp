@@ -262,7 +262,7 @@ CostModel probe_cost_model(const Collective& c, bool with_call_check) {
   model.overhead = std::max(0.0, (many - one) / (kFanout - 1));
   model.beta = std::max(0.0, large - one) / static_cast<double>(1 << 20);
   // Every variant at every calibration size, float32 sum, on sequence
-  // numbers of the probe's own (about 6000 calls), half the tags' 16-bit
+  // numbers of the probe's own (about 3500 calls), half the tags' 16-bit
   // sequence space away from the first calls'.
   std::uint32_t sequence = 0x8000;
   // What a variant costs is what a run of back-to-back calls of it costs
@@ -280,7 +280,7 @@ CostModel probe_cost_model(const Collective& c, bool with_call_check) {
   // grows with p and so does what one call averages over, so the rounds
   // shrink beyond 4 ranks, keeping the probe's time roughly level (at 64
   // in-process ranks on two cores the full count took a minute).
-  constexpr int kRounds[CostModel::kCalibrationPoints] = {61, 61, 61, 61, 31, 31, 9, 5, 5, 5};
+  constexpr int kRounds[CostModel::kCalibrationPoints] = {31, 31, 31, 31, 15, 15, 9, 5, 5, 5};
   constexpr int kBlock[CostModel::kCalibrationPoints] = {3, 3, 3, 3, 3, 3, 3, 3, 2, 1};
   constexpr int kMinRounds = 3;
   const int shrink = std::max(1, p / 4);
