@@ -383,12 +383,14 @@ void read_indirect(UcxTransport::State& s) {
       send_ack(s, peer, d.cookie, cma_failed);
       p->request->fail(
           ErrorCode::peer_failure,
-          fmt::format("rank {}: {}: reading it from rank {}'s memory failed after {} of {} bytes: "
-                      "{}{}",
-                      s.rank, p->request->describe(), peer, done, d.bytes,
-                      error == ECANCELED ? "the sender withdrew it (its send failed)"
-                                         : std::strerror(error),
-                      error == ESRCH ? " (it died)" : ""));
+          error == ECANCELED
+              ? fmt::format("rank {}: {}: rank {} withdrew it (its send failed) before it was "
+                            "taken; what was copied is not the message",
+                            s.rank, p->request->describe(), peer)
+              : fmt::format("rank {}: {}: reading it from rank {}'s memory failed after {} of {} "
+                            "bytes: {}{}",
+                            s.rank, p->request->describe(), peer, done, d.bytes,
+                            std::strerror(error), error == ESRCH ? " (it died)" : ""));
       s.finish(p, UCS_OK, 0);
       continue;
     }
@@ -686,7 +688,7 @@ RequestPtr UcxTransport::irecv(int peer, Tag tag, void* buf, std::size_t bytes) 
   // From a peer that may send a descriptor instead of the data, the receive
   // takes either kind, and one too small to hold a descriptor lands in the
   // record first (so that a large message is still named as too large).
-  const bool either = s.cma_with.empty() ? false : s.cma_with[static_cast<std::size_t>(peer)];
+  const bool either = !s.cma_with.empty() && s.cma_with[static_cast<std::size_t>(peer)];
   void* into = buf;
   std::size_t room = bytes;
   if (either && bytes < sizeof p->small) {
