@@ -11,6 +11,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -68,6 +70,53 @@ TEST(CrossMemoryAttach, AWithdrawnSendIsNeverTaken) {
     EXPECT_EQ(e.code(), ErrorCode::peer_failure) << e.what();
     EXPECT_NE(std::string(e.what()).find("rank 1 withdrew it"), std::string::npos) << e.what();
   }
+}
+
+// A receive ends only once its ack has left: a receiver that stops driving
+// its transport after the receive (back to the user's computation, or on
+// to a store barrier) must not leave its sender waiting. The ack is made to
+// queue behind small sends the sender has not taken yet.
+TEST(CrossMemoryAttach, ASendEndsEvenWhenItsReceiverStopsAfterTheReceive) {
+  if (!cross_memory_attach_allowed()) GTEST_SKIP() << "cross-memory attach is off here";
+  UcxTransport receiver(0, 2), sender(1, 2);
+  const std::vector<transport::AddressBlob> blobs = {receiver.address(), sender.address()};
+  const auto deadline = transport::deadline_after(30);
+  receiver.connect(blobs, deadline);
+  sender.connect(blobs, deadline);
+
+  constexpr std::size_t kBytes = 4 << 20;
+  std::vector<std::byte> out(kBytes, std::byte{0x42}), in(kBytes, std::byte{0});
+  auto send = sender.isend(0, 7, out.data(), kBytes);
+  for (int i = 0; i < 20000; ++i) {  // the descriptor reaches the receiver
+    sender.progress();
+    receiver.progress();
+  }
+  // Fill the receiver's queue to the sender with messages it does not take.
+  constexpr int kSmall = 1000;
+  std::vector<std::uint64_t> words(kSmall, 1), taken(kSmall);
+  std::vector<transport::RequestPtr> small;
+  for (int i = 0; i < kSmall; ++i) small.push_back(receiver.isend(1, 9, &words[i], 8));
+  auto receive = receiver.irecv(1, 7, in.data(), kBytes);
+  // Both move until the receive ends; from then on only the sender does.
+  const auto until = transport::Clock::now() + std::chrono::seconds(10);
+  while (!receive->done() && transport::Clock::now() < until) {
+    receiver.progress();
+    sender.progress();
+  }
+  ASSERT_EQ(receive->state(), transport::Request::State::complete);
+  EXPECT_EQ(in, out);
+  const auto stop = transport::Clock::now() + std::chrono::seconds(2);
+  while (!send->done() && transport::Clock::now() < stop) sender.progress();
+  EXPECT_EQ(send->state(), transport::Request::State::complete)
+      << "the send did not end while its receiver was idle";
+  // Take the small messages, so that both close cleanly.
+  std::vector<transport::RequestPtr> receives;
+  for (int i = 0; i < kSmall; ++i) receives.push_back(sender.irecv(0, 9, &taken[i], 8));
+  for (int i = 0; i < 200000 && !receives.back()->done(); ++i) {
+    receiver.progress();
+    sender.progress();
+  }
+  EXPECT_TRUE(receives.back()->done());
 }
 
 }  // namespace

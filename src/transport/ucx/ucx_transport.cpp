@@ -76,7 +76,7 @@ struct Pending {
   bool bounced = false;    // received into `small`: the buffer is smaller than a descriptor
   bool queued = false;     // a descriptor arrived: waiting in to_read, UCX is done with it
   CmaDescriptor descriptor;  // sent (lives until the ack) or received
-  std::int64_t ack = 0;      // where the ack lands
+  std::int64_t ack = 0;      // where the ack lands (a send) or leaves from (a receive)
   alignas(8) std::byte small[sizeof(CmaDescriptor)] = {};
 };
 
@@ -163,11 +163,6 @@ struct UcxTransport::State {
   std::vector<bool> cma_with;       // ... and peer r's too (same host, both able)
   std::uint64_t next_cookie = 0;    // of this rank's CMA sends
   std::vector<Pending*> to_read;    // CMA descriptors received, read after progress
-  struct AckSend {
-    std::int64_t status = 0;
-    void* ucx = nullptr;
-  };
-  std::vector<std::unique_ptr<AckSend>> acks;  // ack sends UCX still holds
   std::vector<std::unique_ptr<std::pair<State*, int>>> handler_args;
   std::size_t completions = 0;  // bumped by callbacks, read by progress()
   Clock::time_point last_liveness_check{};  // wait_for_activity's check of local peers
@@ -333,7 +328,7 @@ void on_ack(void* ucx_request, ucs_status_t status, const ucp_tag_recv_info_t*, 
   p->state->finish(p, status, 0);
 }
 
-void send_ack(UcxTransport::State& s, int peer, std::uint64_t cookie, CmaAck status);
+void ack_and_finish(UcxTransport::State& s, Pending* p, CmaAck status);
 
 // Copies every received descriptor's message out of its sender's memory,
 // acks it, and ends the receive.
@@ -356,8 +351,9 @@ void read_indirect(UcxTransport::State& s) {
       continue;
     }
     if (d.bytes > p->capacity) {
-      send_ack(s, peer, d.cookie, cma_truncated);
-      s.finish(p, UCS_ERR_MESSAGE_TRUNCATED, d.bytes);
+      p->request->fail(ErrorCode::invalid_argument,
+                       truncation_message(s.rank, peer, p->request->tag(), d.bytes, p->capacity));
+      ack_and_finish(s, p, cma_truncated);
       continue;
     }
     std::size_t done = 0;
@@ -380,7 +376,6 @@ void read_indirect(UcxTransport::State& s) {
         error = ECANCELED;
     }
     if (error != 0) {
-      send_ack(s, peer, d.cookie, cma_failed);
       p->request->fail(
           ErrorCode::peer_failure,
           error == ECANCELED
@@ -391,11 +386,10 @@ void read_indirect(UcxTransport::State& s) {
                             "bytes: {}{}",
                             s.rank, p->request->describe(), peer, done, d.bytes,
                             std::strerror(error), error == ESRCH ? " (it died)" : ""));
-      s.finish(p, UCS_OK, 0);
+      ack_and_finish(s, p, cma_failed);
       continue;
     }
-    send_ack(s, peer, d.cookie, cma_read);
-    s.finish(p, UCS_OK, d.bytes);
+    ack_and_finish(s, p, cma_read);
   }
 }
 
@@ -406,24 +400,35 @@ constexpr ucp_tag_t kNoticeTag = kNoticeSource << kRankShift;  // | sender rank
 constexpr ucp_tag_t kAckSource = kNoticeSource - 1;
 constexpr int kMaxUcxRanks = (1 << 23) - 2;
 
-void send_ack(UcxTransport::State& s, int peer, std::uint64_t cookie, CmaAck status) {
-  // Sweep the acks UCX has finished with, then send this one from a buffer
-  // that lives until UCX is done with it too.
-  std::erase_if(s.acks, [](const auto& a) {
-    if (ucp_request_check_status(a->ucx) == UCS_INPROGRESS) return false;
-    ucp_request_free(a->ucx);
-    return true;
-  });
-  if (s.peers[static_cast<std::size_t>(peer)].dead) return;
-  auto ack = std::make_unique<UcxTransport::State::AckSend>();
-  ack->status = status;
-  ucp_request_param_t param{};
-  void* r = ucp_tag_send_nbx(s.endpoints[static_cast<std::size_t>(peer)], &ack->status,
-                             sizeof ack->status, (kAckSource << kRankShift) | cookie, &param);
+void on_ack_sent(void* ucx_request, ucs_status_t, void* user) {
+  auto* p = static_cast<Pending*>(user);
+  p->ucx = ucx_request;
+  // The data was read and found still offered: the receive is good even if
+  // its sender has gone since.
+  p->state->finish(p, UCS_OK, p->descriptor.bytes);
+}
+
+// Acks a CMA message from the record's own buffer and ends the receive once
+// UCX has sent the ack (a receive that failed has ended already; its record
+// waits too): a receiver that stops driving its transport once the receive
+// has ended must not leave an ack unsent and its sender waiting.
+void ack_and_finish(UcxTransport::State& s, Pending* p, CmaAck status) {
+  const auto peer = static_cast<std::size_t>(p->peer);
+  void* r = nullptr;
+  if (!s.peers[peer].dead) {
+    p->ack = status;
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    param.cb.send = on_ack_sent;
+    param.user_data = p;
+    r = ucp_tag_send_nbx(s.endpoints[peer], &p->ack, sizeof p->ack,
+                         (kAckSource << kRankShift) | p->descriptor.cookie, &param);
+  }
   if (UCS_PTR_IS_PTR(r)) {
-    ack->ucx = r;
-    s.acks.push_back(std::move(ack));
-  }  // else sent already, or the peer is gone (its error handler says so)
+    p->ucx = r;  // on_ack_sent ends it
+  } else {       // sent already, or the peer is gone (its error handler says so)
+    s.finish(p, UCS_OK, p->descriptor.bytes);
+  }
 }
 
 void post_notice_receive(UcxTransport::State& s);
@@ -550,7 +555,6 @@ UcxTransport::~UcxTransport() {
   close_endpoints(s);
   while (ucp_worker_progress(s.worker) != 0) {
   }
-  for (const auto& ack : s.acks) ucp_request_free(ack->ucx);
   ucp_worker_destroy(s.worker);
   ucp_cleanup(s.context);
 }
