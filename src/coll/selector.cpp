@@ -14,6 +14,8 @@
 #include <bit>
 #include <cmath>
 #include <fstream>
+#include <limits>
+#include <numeric>
 #include <sstream>
 
 namespace chorus::coll {
@@ -262,7 +264,7 @@ CostModel probe_cost_model(const Collective& c, bool with_call_check) {
   model.overhead = std::max(0.0, (many - one) / (kFanout - 1));
   model.beta = std::max(0.0, large - one) / static_cast<double>(1 << 20);
   // Every variant at every calibration size, float32 sum, on sequence
-  // numbers of the probe's own (about 3500 calls), half the tags' 16-bit
+  // numbers of the probe's own (about 4000 calls), half the tags' 16-bit
   // sequence space away from the first calls'.
   std::uint32_t sequence = 0x8000;
   // What a variant costs is what a run of back-to-back calls of it costs
@@ -276,21 +278,35 @@ CostModel probe_cost_model(const Collective& c, bool with_call_check) {
   // (a rank descheduled) and the skew one variant leaves the next fall on
   // all of them alike.
   // Small calls are cheap and the variants close: many rounds there. Large
-  // calls are long beside any skew: shorter blocks there. A call's cost
-  // grows with p and so does what one call averages over, so the rounds
-  // shrink beyond 4 ranks, keeping the probe's time roughly level (at 64
-  // in-process ranks on two cores the full count took a minute).
-  constexpr int kRounds[CostModel::kCalibrationPoints] = {31, 31, 31, 31, 15, 15, 9, 5, 5, 5};
-  constexpr int kBlock[CostModel::kCalibrationPoints] = {3, 3, 3, 3, 3, 3, 3, 3, 2, 1};
+  // calls are long beside any skew: shorter blocks and fewer rounds there.
+  // Each size is a race: after kRounds of every variant, the (at most
+  // kRaceMost) within kRaceReach of the best run kRaceRounds more, so that
+  // the time goes to telling apart what is close (a variant twice as slow
+  // is known after five rounds; four processes on two cores vary a 2 MiB
+  // call's time 2-3x from one call to the next). A call's cost grows with p
+  // and so does what one call averages over, so the rounds shrink beyond 4
+  // ranks, keeping the probe's time roughly level (at 64 in-process ranks
+  // on two cores the full count took a minute).
+  constexpr int kRounds[CostModel::kCalibrationPoints] = {31, 31, 31, 31, 15, 15, 9, 5, 5, 5, 3};
+  constexpr int kRaceRounds[CostModel::kCalibrationPoints] = {31, 31, 31, 31, 15, 15, 10, 10, 10, 6, 2};
+  constexpr int kBlock[CostModel::kCalibrationPoints] = {3, 3, 3, 3, 3, 3, 3, 3, 2, 1, 1};
+  constexpr double kRaceReach = 1.3;  // of the best median, to race on
+  constexpr int kRaceMost = 3;        // variants in a race
   constexpr int kMinRounds = 3;
   const int shrink = std::max(1, p / 4);
-  for (int size = 0; size < CostModel::kCalibrationPoints; ++size) {
-    const std::size_t count = CostModel::kCalibrationBytes[size] / sizeof(float);
-    const int rounds = std::max(kMinRounds, kRounds[size] / shrink);
-    std::vector<std::vector<double>> samples(kVariantCount);
-    for (int round = 0; round <= rounds; ++round)  // round 0 is a warm-up
-      for (int turn = 0; turn < kVariantCount; ++turn) {
-        const int v = (turn + round) % kVariantCount;
+  using Samples = std::vector<std::vector<double>>;  // seconds per call, by variant
+  // `rounds` rounds of `variants` at calibration point `size` (after a
+  // warm-up round if asked), appending to `samples`.
+  auto time_rounds = [&](int size, const std::vector<int>& variants, int rounds, bool warm_up,
+                         Samples& samples) {
+    const std::size_t bytes = CostModel::kCalibrationBytes[size];
+    if (out.size() < bytes) out.resize(bytes);
+    if (in.size() < bytes) in.resize(bytes);
+    const std::size_t count = bytes / sizeof(float);
+    const int n = static_cast<int>(variants.size());
+    for (int round = warm_up ? -1 : 0; round < rounds; ++round)
+      for (int turn = 0; turn < n; ++turn) {
+        const int v = variants[(turn + round + n) % n];
         const auto start = transport::Clock::now();
         for (int call = 0; call < kBlock[size]; ++call) {
           Collective one = fresh(sequence++);
@@ -309,15 +325,79 @@ CostModel probe_cost_model(const Collective& c, bool with_call_check) {
                                                       DataType::float32, ReduceOp::sum);
           if (check) check->finish(one.deadline);
         }
-        if (round > 0)
+        if (round >= 0)
           samples[v].push_back(
               std::chrono::duration<double>(transport::Clock::now() - start).count() / kBlock[size]);
       }
-    for (int v = 0; v < kVariantCount; ++v) model.measured[v][size] = median(samples[v]);
+  };
+  // Into model.measured: the slowest rank's median of each of `variants`,
+  // merged by a max-allreduce, so that every rank has the same times and
+  // all choose alike.
+  auto record_slowest = [&](int size, const std::vector<int>& variants, const Samples& samples) {
+    double row[kVariantCount] = {};
+    for (int v : variants) row[v] = median(samples[v]);
+    recursive_doubling_allreduce(fresh(sequence++), row, row, kVariantCount, DataType::float64,
+                                 ReduceOp::max);
+    for (int v : variants) model.measured[v][size] = row[v];
+  };
+  // The `most` variants of `from` that cost least at `size`, within `reach` of the least.
+  auto closest = [&](int size, std::vector<int> from, double reach, int most) {
+    auto cost = [&](int v) { return model.measured[v][size]; };
+    std::sort(from.begin(), from.end(), [&](int a, int b) { return cost(a) < cost(b); });
+    const double best = cost(from.front());
+    std::erase_if(from, [&](int v) { return cost(v) > reach * best; });
+    if (from.size() > static_cast<std::size_t>(most)) from.resize(most);
+    return from;
+  };
+  auto calibrate = [&](int size, const std::vector<int>& variants) {
+    Samples samples(kVariantCount);
+    time_rounds(size, variants, std::max(kMinRounds, kRounds[size] / shrink), true, samples);
+    record_slowest(size, variants, samples);
+    if (kRaceRounds[size] == 0) return;
+    const auto race = closest(size, variants, kRaceReach, kRaceMost);
+    if (race.size() < 2) return;
+    time_rounds(size, race, std::max(kMinRounds, kRaceRounds[size] / shrink), false, samples);
+    record_slowest(size, race, samples);
+  };
+  // From 128 KiB on, a variant more than kDropBehind times the best at the
+  // size before is not timed again: large calls are slow (one-shot takes
+  // 10 ms at 2 MiB, p = 4) and in the bandwidth regime the order of the
+  // variants settles. An untimed variant is taken to grow from the size
+  // before no more slowly than the timed variant that grew least, so it
+  // cannot overtake what was timed (carrying its own slope on would let it:
+  // a timed variant may meet the cache's edge, an untimed one never does).
+  constexpr int kDropFrom = 7;
+  constexpr double kDropBehind = 2.0;
+  auto time_at = [&](int size, const std::vector<int>& timed) {
+    calibrate(size, timed);
+    double growth = std::numeric_limits<double>::infinity();
+    for (int v : timed)
+      growth = std::min(growth, model.measured[v][size] / std::max(1e-12, model.measured[v][size - 1]));
+    for (int v = 0; v < kVariantCount; ++v)
+      if (std::find(timed.begin(), timed.end(), v) == timed.end())
+        model.measured[v][size] = model.measured[v][size - 1] * growth;
+  };
+  std::vector<int> every(kVariantCount);
+  std::iota(every.begin(), every.end(), 0);
+  const int top = CostModel::kCalibrationPoints - 1;
+  for (int size = 0; size < top; ++size)
+    if (size < kDropFrom)
+      calibrate(size, every);
+    else
+      time_at(size, closest(size - 1, every, kDropBehind, kVariantCount));
+  // The 8 MiB point, up to kLargePointRanks: the three best at 2 MiB
+  // (within 1.5x of the best) timed. Beyond, every variant carries its
+  // 512 KiB-2 MiB slope on, as predicted_seconds does past the last point.
+  if (p <= CostModel::kLargePointRanks) {
+    time_at(top, closest(top - 1, every, 1.5, 3));
+  } else {
+    const auto& at = CostModel::kCalibrationBytes;
+    for (auto& t : model.measured) {
+      const double slope = std::max(0.0, (t[top - 1] - t[top - 2]) /
+                                             static_cast<double>(at[top - 1] - at[top - 2]));
+      t[top] = t[top - 1] + slope * static_cast<double>(at[top] - at[top - 1]);
+    }
   }
-  recursive_doubling_allreduce(fresh(sequence++), model.measured, model.measured,
-                               std::size(model.measured) * CostModel::kCalibrationPoints,
-                               DataType::float64, ReduceOp::max);
   model.calibrated = true;
   if (r == 0) {
     // gamma: c = a + b on float32, the reduction every algorithm runs.

@@ -57,9 +57,16 @@ struct CostModel {
   // implementation's constants, which the formulas cannot know (what a step
   // costs when ranks outnumber cores, how well a variant pipelines). When
   // present they decide; the formulas are the fallback.
-  static constexpr int kCalibrationPoints = 10;  // 8 B to 2 MiB, by factors of 4
+  // The last point (8 MiB) is where buffers leave the cache and the
+  // variants that do not pipeline fall behind (beyond 2 MiB the slope from
+  // 512 KiB chose a 1.2-1.8x slower variant at 8-32 MiB, p = 4, in 9 of 15
+  // probes). The probe times only the three best at 2 MiB there, and only
+  // up to kLargePointRanks ranks; beyond, every variant carries its
+  // 512 KiB-2 MiB slope on.
+  static constexpr int kCalibrationPoints = 11;  // 8 B to 8 MiB, by factors of 4
   static constexpr std::size_t kCalibrationBytes[kCalibrationPoints] = {
-      8, 32, 128, 512, 2 << 10, 8 << 10, 32 << 10, 128 << 10, 512 << 10, 2 << 20};
+      8, 32, 128, 512, 2 << 10, 8 << 10, 32 << 10, 128 << 10, 512 << 10, 2 << 20, 8 << 20};
+  static constexpr int kLargePointRanks = 8;
   bool calibrated = false;
   double measured[kVariantCount][kCalibrationPoints] = {};  // seconds at kCalibrationBytes
 };
@@ -106,7 +113,7 @@ class Selector {
 
 // Measures alpha, overhead and beta with steps in which every rank sends and
 // receives at once, gamma by reducing, and then times every variant at
-// CostModel::kCalibrationBytes (0.1 s at p = 2, about 0.5 s at p = 4 on two
+// CostModel::kCalibrationBytes (0.2 s at p = 2, about 0.7 s at p = 4 on two
 // cores); every rank gets the same model (the slowest rank's variant times,
 // rank 0's constants), so that all ranks decide alike. Collective: every
 // rank calls it with the same `c`. `with_call_check`: time each call with

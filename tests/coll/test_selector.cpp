@@ -10,7 +10,7 @@ namespace chorus::coll {
 namespace {
 
 // A calibrated model in which `fast` costs 1 us at every size and every
-// other variant 2 us at 8 B rising to 1 ms at 2 MiB.
+// other variant 2 us at 8 B rising by 1 ms per 2 MiB.
 CostModel calibrated_with(Variant fast) {
   CostModel m;
   m.calibrated = true;
@@ -57,9 +57,11 @@ TEST(Selector, MeasuredTimesAreInterpolatedBetweenCalibrationSizes) {
   const std::size_t mid = (at[3] + at[4]) / 2;
   EXPECT_DOUBLE_EQ(predicted_seconds(Variant::tree, m, mid, 4), (m.measured[tree][3] + m.measured[tree][4]) / 2);
   // Beyond the last size, the last slope goes on.
-  const double slope = (m.measured[tree][9] - m.measured[tree][8]) / static_cast<double>(at[9] - at[8]);
-  EXPECT_NEAR(predicted_seconds(Variant::tree, m, 2 * at[9], 4),
-              m.measured[tree][9] + slope * static_cast<double>(at[9]), 1e-12);
+  const int last = CostModel::kCalibrationPoints - 1;
+  const double slope = (m.measured[tree][last] - m.measured[tree][last - 1]) /
+                       static_cast<double>(at[last] - at[last - 1]);
+  EXPECT_NEAR(predicted_seconds(Variant::tree, m, 2 * at[last], 4),
+              m.measured[tree][last] + slope * static_cast<double>(at[last]), 1e-12);
 }
 
 TEST(Selector, FormulasPriceLatencyAndBandwidthWhenNotCalibrated) {
@@ -110,7 +112,11 @@ TEST(Selector, BadTuningFilesNameFileLineAndProblem) {
   EXPECT_NE(error_of("best 4 100 butterfly\n").find("line 1: unknown algorithm 'butterfly'"), std::string::npos);
   EXPECT_NE(error_of("# fine\nmodel 1 2\n").find("line 2: expected 'model <alpha> <beta> <gamma> <overhead>'"),
             std::string::npos);
-  EXPECT_NE(error_of("line ring 1 2 3 4 5 6 7 8 9 10\n").find("a 'line' needs a 'model' line before it"),
+  EXPECT_NE(error_of("line ring 1 2 3 4 5 6 7 8 9 10 11\n").find("a 'line' needs a 'model' line before it"),
+            std::string::npos);
+  // A line of the ten sizes before the 8 MiB point was added: say how many are due.
+  EXPECT_NE(error_of("model 1 1 1 1\nline ring 1 2 3 4 5 6 7 8 9 10\n")
+                .find("line 2: expected 'line <algorithm>' and 11 times in seconds"),
             std::string::npos);
   EXPECT_NE(error_of("speed 9\n").find("unknown record 'speed'"), std::string::npos);
   EXPECT_NE(error_of("best 4 100 ring extra\n").find("unexpected 'extra'"), std::string::npos);
