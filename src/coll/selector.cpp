@@ -287,8 +287,8 @@ CostModel probe_cost_model(const Collective& c, bool with_call_check) {
   // and so does what one call averages over, so the rounds shrink beyond 4
   // ranks, keeping the probe's time roughly level (at 64 in-process ranks
   // on two cores the full count took a minute).
-  constexpr int kRounds[CostModel::kCalibrationPoints] = {31, 31, 31, 31, 15, 15, 9, 5, 5, 5, 3};
-  constexpr int kRaceRounds[CostModel::kCalibrationPoints] = {31, 31, 31, 31, 15, 15, 10, 10, 10, 6, 2};
+  constexpr int kRounds[CostModel::kCalibrationPoints] = {31, 31, 31, 31, 15, 15, 15, 9, 5, 5, 3};
+  constexpr int kRaceRounds[CostModel::kCalibrationPoints] = {31, 31, 31, 31, 15, 15, 20, 15, 16, 10, 2};
   constexpr int kBlock[CostModel::kCalibrationPoints] = {3, 3, 3, 3, 3, 3, 3, 3, 2, 1, 1};
   constexpr double kRaceReach = 1.3;  // of the best median, to race on
   constexpr int kRaceMost = 3;        // variants in a race
