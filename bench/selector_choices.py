@@ -2,9 +2,9 @@
 """How often does the probe choose well? The choice is made once per
 communicator, from a probe that four processes on two cores make noisy, so
 one allreduce_perf run shows one draw. This launches allreduce_perf --np P
-again and again (each launch probes afresh), reads from rank 0's
-CHORUS_DEBUG=INFO lines which variant the selector chose for each size of
-the sweep, and scores every choice against forced times from
+again and again (each launch probes afresh), reads which variant the
+automatic choice ran at each size of the sweep (the algo column, auto:<variant>),
+and scores every choice against forced times from
 `allreduce_perf -A all --csv` files (bench/selector_report.py's input): the
 chosen variant's forced time over the best forced time at that size.
 
@@ -17,12 +17,11 @@ import argparse
 import collections
 import csv
 import os
-import re
 import statistics
 import subprocess
 import sys
+import tempfile
 
-DECISION = re.compile(r"rank 0\] INFO allreduce of (\d+) bytes on \d+ ranks .*\): ([a-z_]+) by ")
 LIMIT = 1.15  # the selector issue's target: never more than 15% slower than the best
 
 
@@ -40,13 +39,16 @@ def forced_times(paths, ranks):
 
 
 def choices_of_one_launch(binary, ranks, max_bytes):
-    env = dict(os.environ, CHORUS_DEBUG="INFO")
-    cmd = [binary, "--np", str(ranks), "-b", "8", "-e", str(max_bytes), "-f", "4", "-n", "1",
-           "-w", "0", "-c", "0"]
-    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    if run.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed ({run.returncode}):\n{run.stdout}{run.stderr}")
-    return {int(m.group(1)): m.group(2) for m in DECISION.finditer(run.stdout + run.stderr)}
+    """size -> the variant the automatic choice ran (allreduce_perf's algo column, auto:<variant>)."""
+    with tempfile.TemporaryDirectory(prefix="chorus-choices-") as tmp:
+        out = os.path.join(tmp, "run.csv")
+        cmd = [binary, "--np", str(ranks), "-b", "8", "-e", str(max_bytes), "-f", "4", "-n", "1",
+               "-w", "0", "-c", "0", "--csv", out]
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        if run.returncode != 0:
+            sys.exit(f"{' '.join(cmd)} failed ({run.returncode}):\n{run.stdout}{run.stderr}")
+        with open(out) as f:
+            return {int(r["size"]): r["algo"].removeprefix("auto:") for r in csv.DictReader(f)}
 
 
 def report(name, chosen, forced):
