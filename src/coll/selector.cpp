@@ -264,7 +264,7 @@ CostModel probe_cost_model(const Collective& c, bool with_call_check) {
   model.overhead = std::max(0.0, (many - one) / (kFanout - 1));
   model.beta = std::max(0.0, large - one) / static_cast<double>(1 << 20);
   // Every variant at every calibration size, float32 sum, on sequence
-  // numbers of the probe's own (about 4000 calls), half the tags' 16-bit
+  // numbers of the probe's own (about 5300 calls), half the tags' 16-bit
   // sequence space away from the first calls'.
   std::uint32_t sequence = 0x8000;
   // What a variant costs is what a run of back-to-back calls of it costs
@@ -353,7 +353,6 @@ CostModel probe_cost_model(const Collective& c, bool with_call_check) {
     Samples samples(kVariantCount);
     time_rounds(size, variants, std::max(kMinRounds, kRounds[size] / shrink), true, samples);
     record_slowest(size, variants, samples);
-    if (kRaceRounds[size] == 0) return;
     const auto race = closest(size, variants, kRaceReach, kRaceMost);
     if (race.size() < 2) return;
     time_rounds(size, race, std::max(kMinRounds, kRaceRounds[size] / shrink), false, samples);

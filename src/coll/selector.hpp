@@ -113,7 +113,7 @@ class Selector {
 
 // Measures alpha, overhead and beta with steps in which every rank sends and
 // receives at once, gamma by reducing, and then times every variant at
-// CostModel::kCalibrationBytes (0.2 s at p = 2, about 0.7 s at p = 4 on two
+// CostModel::kCalibrationBytes (0.35 s at p = 2, about 0.9 s at p = 4 on two
 // cores); every rank gets the same model (the slowest rank's variant times,
 // rank 0's constants), so that all ranks decide alike. Collective: every
 // rank calls it with the same `c`. `with_call_check`: time each call with
