@@ -84,8 +84,17 @@ LaunchInfo launch_info_from_env(const EnvLookup& env) {
   } else if (auto ns = env("PMIX_NAMESPACE");
              ns && env("OMPI_COMM_WORLD_LOCAL_SIZE") &&
              env("OMPI_COMM_WORLD_LOCAL_SIZE") == env("OMPI_COMM_WORLD_SIZE")) {
-    // Open MPI with every rank on this host: a file store private to the job.
-    chosen->store = fmt::format("file:///tmp/chorus-{}", *ns);
+    // Open MPI with every rank on this host: a file store private to the
+    // job, in the job's own session directory (PMIX_SERVER_TMPDIR, named
+    // after mpirun's pid and removed by Open MPI when the job ends). The
+    // namespace alone is no name for it: it carries a 16-bit hash of
+    // mpirun, so a /tmp directory named after it outlives its job and is
+    // met again by a later one, whose ranks then read the old job's
+    // addresses (seen: two ranks of one job disagreeing on the job's
+    // identity, each refusing the other until the test's timeout).
+    const auto session = env("PMIX_SERVER_TMPDIR");
+    chosen->store = fmt::format("file://{}/chorus-{}",
+                                session && !session->empty() ? *session : "/tmp", *ns);
   } else if (chosen->size == 1) {
     // A job of one rank meets no one: it needs no store.
   } else {

@@ -68,6 +68,15 @@ TEST(LaunchInfo, OpenMpiPmiAndSlurm) {
                   {"PMIX_NAMESPACE", "job7"}})
                 .store,
             "file:///tmp/chorus-job7");
+  // Inside the job's session directory when Open MPI names it: a directory
+  // in /tmp named after the namespace alone is met again by later jobs.
+  EXPECT_EQ(from({{"OMPI_COMM_WORLD_RANK", "0"},
+                  {"OMPI_COMM_WORLD_SIZE", "2"},
+                  {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                  {"PMIX_NAMESPACE", "job7"},
+                  {"PMIX_SERVER_TMPDIR", "/tmp/ompi.host.0/pid.42"}})
+                .store,
+            "file:///tmp/ompi.host.0/pid.42/chorus-job7");
   EXPECT_EQ(from({{"PMI_RANK", "1"}, {"PMI_SIZE", "3"}, {"CHORUS_STORE", "tcp://a:1"}}).size, 3);
   EXPECT_EQ(from({{"SLURM_PROCID", "5"},
                   {"SLURM_NTASKS", "8"},
