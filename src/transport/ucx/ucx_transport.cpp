@@ -114,11 +114,6 @@ bool cma_check() {
   return true;
 }
 
-bool cma_usable() {
-  static const bool usable = cma_check();
-  return usable;
-}
-
 ProcessIdentity this_process() {
   ProcessIdentity id;
   ::gethostname(id.host, sizeof id.host - 1);
@@ -146,6 +141,11 @@ bool process_ended(int pid) {
 }
 
 }  // namespace
+
+bool UcxTransport::cross_memory_attach_usable() {
+  static const bool usable = cma_check();
+  return usable;
+}
 
 struct UcxTransport::State {
   int rank = 0;
@@ -489,7 +489,7 @@ UcxTransport::UcxTransport(int rank, int size)
     throw Error(ErrorCode::unsupported,
                 fmt::format("the ucx transport takes at most {} ranks, not {}", kMaxUcxRanks, size));
   s.peers.resize(static_cast<std::size_t>(size));
-  s.cma = cma_usable();
+  s.cma = cross_memory_attach_usable();
   // Peer-failure detection within seconds, with shared memory kept usable.
   default_env("UCX_KEEPALIVE_INTERVAL", "250ms");
   default_env("UCX_POSIX_ERROR_HANDLING", "y");

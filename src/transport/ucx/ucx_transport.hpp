@@ -45,6 +45,12 @@ class UcxTransport final : public Transport {
   void wait_for_activity(Deadline until) override;
   void abort(const std::string& reason) override;
 
+  // Whether this process may copy messages straight from a same-host peer's
+  // memory (not turned off by CHORUS_UCX_CMA=0, no Yama ptrace restriction,
+  // the system call allowed); decided once per process. Both ends must
+  // allow it for their messages of 64 KiB-8 MiB to take that path.
+  static bool cross_memory_attach_usable();
+
   struct State;  // UCP handles and per-peer bookkeeping, in ucx_transport.cpp
 
  private:
