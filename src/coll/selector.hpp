@@ -51,7 +51,9 @@ AllreduceFunction allreduce_function(Variant v) noexcept;
 struct CostModel {
   double alpha = 0, beta = 0, gamma = 0;
   double overhead = 0;  // seconds each further message of one step adds
-  // Each variant timed by the probe at kCalibrationBytes; between them the
+  // Each variant's time at kCalibrationBytes, as the probe measured it (a
+  // variant it stopped timing, far behind, grows from its last time as the
+  // least-growing timed one did, so it never overtakes them); between them the
   // time is taken as linear in the size (beyond the last, with the last
   // slope): alpha-beta-gamma terms with this machine's and this
   // implementation's constants, which the formulas cannot know (what a step

@@ -1,10 +1,17 @@
 // The selector: which variant a request gets, from the calibrated model,
-// the formulas, or a tuning file's records; and the tuning file format.
+// the formulas, or a tuning file's records; the tuning file format; and
+// what the probe hands every rank.
 #include "coll/selector.hpp"
+
+#include "transport/local/local_transport.hpp"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <fstream>
+#include <string>
+#include <thread>
 
 namespace chorus::coll {
 namespace {
@@ -126,6 +133,61 @@ TEST(Selector, BadTuningFilesNameFileLineAndProblem) {
     FAIL() << "no error for a missing file";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("/nonexistent/chorus.tune: cannot be read"), std::string::npos);
+  }
+}
+
+
+// The probe on p in-process ranks: every rank's model.
+std::vector<CostModel> probe_on(int p) {
+  auto fabric = transport::LocalFabric::create(p);
+  std::vector<CostModel> models(static_cast<std::size_t>(p));
+  std::vector<std::string> errors(static_cast<std::size_t>(p));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < p; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        transport::LocalTransport t(fabric, r);
+        const Collective c{t, 1, transport::deadline_after(120)};
+        models[static_cast<std::size_t>(r)] = probe_cost_model(c, true);
+        // Stay until everyone is done: leaving fails the peers' receives.
+        std::byte token{};
+        std::vector<transport::RequestPtr> reqs;
+        for (int q = 0; q < p; ++q)
+          if (q != r) reqs.push_back(t.irecv(q, 999, &token, 0));
+        for (int q = 0; q < p; ++q)
+          if (q != r) reqs.push_back(t.isend(q, 999, &token, 0));
+        t.wait_all(reqs, transport::deadline_after(120));
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  for (auto& th : threads) th.join();
+  for (int r = 0; r < p; ++r) EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
+  return models;
+}
+
+// Every rank gets the same times (so all choose alike), and every variant
+// has a time at every calibration size, timed or not: a variant the probe
+// stopped timing (2x behind, or not among the three best at 2 MiB) must
+// not keep a zero there, which would make it the cheapest. At p = 3 the
+// 8 MiB point is timed; at p = 9 (beyond kLargePointRanks) it is not.
+TEST(Probe, EveryRankGetsTheSameTimesForEveryVariantAtEverySize) {
+  for (int p : {3, 9}) {
+    const auto models = probe_on(p);
+    const CostModel& m = models[0];
+    ASSERT_TRUE(m.calibrated) << "p = " << p;
+    for (int r = 1; r < p; ++r)
+      EXPECT_EQ(std::memcmp(m.measured, models[static_cast<std::size_t>(r)].measured, sizeof m.measured), 0)
+          << "rank " << r << " of " << p << " got other times than rank 0";
+    const int top = CostModel::kCalibrationPoints - 1;
+    for (int v = 0; v < kVariantCount; ++v) {
+      for (int i = 0; i < CostModel::kCalibrationPoints; ++i)
+        EXPECT_TRUE(std::isfinite(m.measured[v][i]) && m.measured[v][i] > 0)
+            << to_string(static_cast<Variant>(v)) << " at " << CostModel::kCalibrationBytes[i]
+            << " bytes, p = " << p << ": " << m.measured[v][i];
+      // Four times the data never costs less.
+      EXPECT_GT(m.measured[v][top], m.measured[v][top - 1]) << to_string(static_cast<Variant>(v));
+    }
   }
 }
 
