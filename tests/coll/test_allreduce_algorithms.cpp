@@ -13,6 +13,7 @@
 #include "coll/tree.hpp"
 #include "reduce/float16.hpp"
 #include "reduce/reduce.hpp"
+#include "local_transports.hpp"
 #include "transport/local/local_transport.hpp"
 
 #include <gtest/gtest.h>
@@ -124,38 +125,19 @@ using Algorithm = void (*)(const Collective&, const void*, void*, std::size_t, D
 // Runs `algorithm` on p threads; returns every rank's result.
 std::vector<Bytes> run(Algorithm algorithm, int p, std::size_t count, DataType type, ReduceOp op,
                        bool in_place, const std::function<Bytes(int)>& make_input) {
-  auto fabric = transport::LocalFabric::create(p);
   std::vector<Bytes> results(static_cast<std::size_t>(p));
-  std::vector<std::string> errors(static_cast<std::size_t>(p));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < p; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        transport::LocalTransport t(fabric, r);
-        Bytes send = make_input(r);
-        Bytes& out = results[static_cast<std::size_t>(r)];
-        Collective c{t, 7, transport::deadline_after(120)};
-        if (in_place) {
-          out = send;
-          algorithm(c, out.data(), out.data(), count, type, op);
-        } else {
-          out.assign(send.size(), std::byte{0xEE});
-          algorithm(c, send.data(), out.data(), count, type, op);
-        }
-        // Stay until everyone is done: leaving fails the peers' receives.
-        std::byte token{};
-        std::vector<transport::RequestPtr> reqs;
-        for (int q = 0; q < p; ++q)
-          if (q != r) reqs.push_back(t.irecv(q, 999, &token, 0));
-        for (int q = 0; q < p; ++q)
-          if (q != r) reqs.push_back(t.isend(q, 999, &token, 0));
-        t.wait_all(reqs, transport::deadline_after(120));
-      } catch (const std::exception& e) {
-        errors[static_cast<std::size_t>(r)] = e.what();
-      }
-    });
-  for (auto& th : threads) th.join();
-  for (int r = 0; r < p; ++r) EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
+  testing::run_on_local_transports(p, [&](transport::LocalTransport& t, int r) {
+    Bytes send = make_input(r);
+    Bytes& out = results[static_cast<std::size_t>(r)];
+    Collective c{t, 7, transport::deadline_after(120)};
+    if (in_place) {
+      out = send;
+      algorithm(c, out.data(), out.data(), count, type, op);
+    } else {
+      out.assign(send.size(), std::byte{0xEE});
+      algorithm(c, send.data(), out.data(), count, type, op);
+    }
+  });
   return results;
 }
 

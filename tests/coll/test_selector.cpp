@@ -3,7 +3,7 @@
 // what the probe hands every rank.
 #include "coll/selector.hpp"
 
-#include "transport/local/local_transport.hpp"
+#include "local_transports.hpp"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,6 @@
 #include <cstring>
 #include <fstream>
 #include <string>
-#include <thread>
 
 namespace chorus::coll {
 namespace {
@@ -139,30 +138,11 @@ TEST(Selector, BadTuningFilesNameFileLineAndProblem) {
 
 // The probe on p in-process ranks: every rank's model.
 std::vector<CostModel> probe_on(int p) {
-  auto fabric = transport::LocalFabric::create(p);
   std::vector<CostModel> models(static_cast<std::size_t>(p));
-  std::vector<std::string> errors(static_cast<std::size_t>(p));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < p; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        transport::LocalTransport t(fabric, r);
-        const Collective c{t, 1, transport::deadline_after(120)};
-        models[static_cast<std::size_t>(r)] = probe_cost_model(c, true);
-        // Stay until everyone is done: leaving fails the peers' receives.
-        std::byte token{};
-        std::vector<transport::RequestPtr> reqs;
-        for (int q = 0; q < p; ++q)
-          if (q != r) reqs.push_back(t.irecv(q, 999, &token, 0));
-        for (int q = 0; q < p; ++q)
-          if (q != r) reqs.push_back(t.isend(q, 999, &token, 0));
-        t.wait_all(reqs, transport::deadline_after(120));
-      } catch (const std::exception& e) {
-        errors[static_cast<std::size_t>(r)] = e.what();
-      }
-    });
-  for (auto& th : threads) th.join();
-  for (int r = 0; r < p; ++r) EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
+  testing::run_on_local_transports(p, [&](transport::LocalTransport& t, int r) {
+    const Collective c{t, 1, transport::deadline_after(120)};
+    models[static_cast<std::size_t>(r)] = probe_cost_model(c, true);
+  });
   return models;
 }
 
