@@ -597,10 +597,14 @@ TEST(Collectives, InvalidArgumentsAreRefusedBeforeAnythingIsSent) {
                           comm.alltoallv(x.data(), two_counts, ahead, y.data(), one_count, {}, DataType::float32);
                         }, "alltoallv: recv_counts has 1 entries");
                         refused([&] {
-                          // Each rank sends itself 4 but expects 8.
+                          // Each rank sends itself 4 but expects 8. The buffers hold
+                          // what the counts say (16 elements each way), so that only
+                          // the mismatch is wrong: a recv buffer too short could reach
+                          // into the send buffer, depending on where the heap put them.
                           const std::vector<std::size_t> mixed =
                               comm.rank() == 0 ? std::vector<std::size_t>{4, 8} : std::vector<std::size_t>{8, 4};
-                          comm.alltoallv(y.data(), mixed, {}, x.data(), two_counts, {}, DataType::float32);
+                          std::vector<float> received(16);
+                          comm.alltoallv(y.data(), mixed, {}, received.data(), two_counts, {}, DataType::float32);
                         }, "sends itself");
                         refused([&] {
                           if (comm.rank() == 0) comm.gatherv(x.data(), 4, y.data(), two_counts, {}, DataType::float32, 0);
