@@ -1,5 +1,5 @@
 // The conformance scenarios over the local transport (ranks as threads), and
-// the in-process checks of the TCP transport's address choice.
+// the in-process checks of the TCP transport's address choice and handshake.
 #include "common/socket.hpp"
 #include "conformance.hpp"
 #include "transport/local/local_transport.hpp"
@@ -205,6 +205,42 @@ TEST_F(TcpAddressChoice, Ipv6LiteralIsBracketed) {
   if (!probe) GTEST_SKIP() << "no IPv6";
   setenv("CHORUS_SOCKET_ADDR", "::1", 1);
   EXPECT_EQ(listen_host(), "[::1]");
+}
+
+// Two ranks that read different address lists (a stale store) compute
+// different job identities. The connecting rank must fail at once, naming
+// the rank that refused it, not retry until its deadline.
+TEST(TcpHandshake, ARankOfAnotherJobIsToldSoAndFailsAtOnce) {
+  transport::TcpTransport zero(0, 2), one(1, 2);
+  const transport::AddressBlob a0 = zero.address(), a1 = one.address();
+  transport::AddressBlob stale_a1 = a1;
+  stale_a1[4] ^= std::byte{1};  // another nonce: another job identity
+  std::string zero_error, one_error;
+  double one_seconds = 0;
+  std::thread acceptor([&] {
+    try {
+      const transport::AddressBlob all[] = {a0, a1};
+      zero.connect(all, transport::deadline_after(3));
+    } catch (const Error& e) {
+      zero_error = e.what();
+    }
+  });
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    const transport::AddressBlob all[] = {a0, stale_a1};
+    one.connect(all, transport::deadline_after(60));
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::peer_failure);
+    one_error = e.what();
+  }
+  one_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  acceptor.join();
+  EXPECT_NE(one_error.find("rank 0 (" + zero.listen_address() + ") refused the handshake"),
+            std::string::npos)
+      << one_error;
+  EXPECT_NE(one_error.find("belongs to another job"), std::string::npos) << one_error;
+  EXPECT_LT(one_seconds, 30) << "rank 1 waited for its deadline";
+  EXPECT_NE(zero_error.find("no TCP connection with rank 1"), std::string::npos) << zero_error;
 }
 
 }  // namespace

@@ -193,7 +193,9 @@ std::string judge_hello(const Hello& h, std::uint64_t job, int expect_to, int si
   if (h.magic != kHelloMagic) return fmt::format("not a chorus peer (magic {:#010x})", h.magic);
   if (h.version != kVersion)
     return fmt::format("protocol version {} (this is {})", h.version, kVersion);
-  if (h.job != job) return "belongs to another job (stale or stray process)";
+  if (h.job != job)
+    return "belongs to another job (the two ranks hold different address lists: a stale or "
+           "shared store, or a stray process)";
   if (static_cast<int>(h.to) != expect_to)
     return fmt::format("addressed to rank {}, this is rank {}", h.to, expect_to);
   if (static_cast<int>(h.from) >= size)
@@ -463,6 +465,15 @@ void TcpTransport::connect(std::span<const AddressBlob> addresses, Deadline dead
         why = fmt::format("rank {} is already connected", from);
       if (!why.empty()) {
         log::warn("tcp: rank {} refused a connection from {}: {}", rank(), link.peer_text, why);
+        // A chorus peer that computed another job identity read other addresses
+        // than this rank did (a stale store, or two jobs sharing one). Tell it
+        // who answered, so that it fails now, naming this rank, instead of
+        // retrying until its deadline.
+        if (link.hello.magic == kHelloMagic && link.hello.version == kVersion &&
+            link.hello.job != job_id_) {
+          const Hello mine = hello_to(static_cast<int>(link.hello.from));
+          (void)::send(link.fd.get(), &mine, sizeof mine, MSG_NOSIGNAL);
+        }
         link.fd.reset();
         continue;
       }
