@@ -24,23 +24,28 @@ void binomial(const Collective& c, const void* send, void* recv, std::size_t cou
   transport::Transport& t = c.transport;
   const int p = t.size(), r = t.rank(), vr = (r - root + p) % p;
   const std::size_t bytes = count * size_of(type);
-  // The partial result: in recv at the root, in scratch elsewhere.
-  std::byte* partial = r == root ? static_cast<std::byte*>(recv) : c.scratch_buffer(0, bytes);
-  if (bytes && partial != send) std::memcpy(partial, send, bytes);
-  if (p == 1 || bytes == 0) return;
-  std::byte* incoming = c.scratch_buffer(1, bytes);
+  // The partial result so far: the send buffer itself until a child's part
+  // arrives (so a leaf sends straight from it, and nobody copies its input
+  // first), then its own buffer: recv at the root, scratch elsewhere.
+  std::byte* own = r == root ? static_cast<std::byte*>(recv) : nullptr;
+  const std::byte* partial = static_cast<const std::byte*>(send);
   const transport::Tag tag = c.message_tag(0, 0, 0);  // one message per pair
-  for (int mask = 1; mask < p; mask <<= 1) {
+  for (int mask = 1; mask < p && bytes; mask <<= 1) {
     if (vr & mask) {
       c.wait(*t.isend((vr - mask + root) % p, tag, partial, bytes));
       return;
     }
     if (vr + mask < p) {
+      std::byte* incoming = c.scratch_buffer(1, bytes);
       c.wait(*t.irecv((vr + mask + root) % p, tag, incoming, bytes));
-      reduce::reduce(partial, incoming, count, type, op);
+      if (!own) own = c.scratch_buffer(0, bytes);
+      reduce::reduce(own, partial, incoming, count, type, op);  // partial op child: a fixed order
+      partial = own;
     }
   }
-  if (op == ReduceOp::avg) reduce::divide(partial, count, type, static_cast<std::size_t>(p));
+  if (r != root) return;  // p == 1 or nothing to send
+  if (bytes && partial != own) std::memcpy(own, partial, bytes);
+  if (op == ReduceOp::avg && bytes) reduce::divide(own, count, type, static_cast<std::size_t>(p));
 }
 
 void reduce_scatter_gather(const Collective& c, const void* send, void* recv, std::size_t count,
