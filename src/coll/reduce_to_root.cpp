@@ -1,14 +1,18 @@
-// Reduce to one rank. Small buffers: a binomial tree towards the root, each
-// rank adding its children's partial results in a fixed order (nearest
-// subtree first), so the result does not depend on timing; ceil(log2 p)
-// steps of the whole buffer. Large ones (p > 2): a ring reduce-scatter
-// leaves block j reduced at rank j, and a gather brings the blocks to the
-// root, so every rank sends about 2 (p - 1) / p of the buffer and the
-// reduction work is shared, instead of the tree's log2(p) whole buffers.
+// Reduce to one rank. Small buffers (and any at p = 2): a binomial tree
+// towards the root, each rank adding its children's partial results in a
+// fixed order (nearest subtree first), so the result does not depend on
+// timing; ceil(log2 p) steps of the whole buffer, cut into segments so that
+// a rank reduces and forwards the first while the later ones arrive, each
+// while its copy is still in cache. Large ones (p > 2): a ring
+// reduce-scatter leaves block j reduced at rank j, and a gather brings the
+// blocks to the root, so every rank sends about 2 (p - 1) / p of the buffer
+// and the reduction work is shared, instead of the tree's log2(p) whole
+// buffers.
 #include "coll/collectives.hpp"
 
 #include "reduce/reduce.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -19,33 +23,65 @@ namespace {
 // fewer steps (measured at p = 4, docs/tuning.md).
 constexpr std::size_t kReduceScatterGatherFromBytes = 1024 * 1024;
 
+// The tree's messages are cut into segments of this size, with up to
+// kWindow of them posted ahead from each child.
+constexpr std::size_t kSegmentBytes = 128 * 1024;
+constexpr std::size_t kWindow = 4;
+
 void binomial(const Collective& c, const void* send, void* recv, std::size_t count,
               DataType type, ReduceOp op, int root) {
   transport::Transport& t = c.transport;
   const int p = t.size(), r = t.rank(), vr = (r - root + p) % p;
-  const std::size_t bytes = count * size_of(type);
-  // The partial result so far: the send buffer itself until a child's part
-  // arrives (so a leaf sends straight from it, and nobody copies its input
-  // first), then its own buffer: recv at the root, scratch elsewhere.
-  std::byte* own = r == root ? static_cast<std::byte*>(recv) : nullptr;
-  const std::byte* partial = static_cast<const std::byte*>(send);
-  const transport::Tag tag = c.message_tag(0, 0, 0);  // one message per pair
-  for (int mask = 1; mask < p && bytes; mask <<= 1) {
-    if (vr & mask) {
-      c.wait(*t.isend((vr - mask + root) % p, tag, partial, bytes));
-      return;
+  const std::size_t esize = size_of(type), bytes = count * esize;
+  std::vector<int> children;  // nearest subtree first: the order of reduction
+  int mask = 1;
+  for (; mask < p && !(vr & mask); mask <<= 1)
+    if (vr + mask < p) children.push_back((vr + mask + root) % p);
+  const int parent = vr > 0 ? (vr - mask + root) % p : -1;
+
+  std::size_t segment = std::max(kSegmentBytes, (bytes + kMaxSegments - 1) / kMaxSegments);
+  segment = std::min((segment + esize - 1) / esize * esize, bytes);  // whole elements
+  const std::size_t segments = bytes ? (bytes + segment - 1) / segment : 0;
+  auto length_of = [&](std::size_t s) { return std::min(segment, bytes - s * segment); };
+  auto tag_of = [&](std::size_t s) { return c.message_tag(0, 0, static_cast<unsigned>(s)); };
+
+  // Each child's segments land in kWindow slots of scratch, refilled as
+  // they are reduced. The result: recv at the root, scratch elsewhere; a
+  // leaf has none and sends straight from its input.
+  const std::size_t window = std::min(kWindow, segments);
+  std::byte* slots = c.scratch_buffer(1, children.size() * window * segment);
+  auto slot = [&](std::size_t child, std::size_t s) {
+    return slots + (child * window + s % window) * segment;
+  };
+  std::vector<transport::RequestPtr> receives(children.size() * window), sends;
+  auto post = [&](std::size_t child, std::size_t s) {
+    receives[child * window + s % window] =
+        t.irecv(children[child], tag_of(s), slot(child, s), length_of(s));
+  };
+  for (std::size_t s = 0; s < window; ++s)
+    for (std::size_t child = 0; child < children.size(); ++child) post(child, s);
+  std::byte* own = r == root             ? static_cast<std::byte*>(recv)
+                   : children.empty()    ? nullptr
+                                         : c.scratch_buffer(0, bytes);
+  const auto* input = static_cast<const std::byte*>(send);
+
+  // Segment by segment: so a parent reduces the first segments while the
+  // later ones are still on the way, and forwards each as soon as it has it.
+  for (std::size_t s = 0; s < segments; ++s) {
+    const std::size_t first = s * segment, n = length_of(s) / esize;
+    const std::byte* partial = input + first;
+    for (std::size_t child = 0; child < children.size(); ++child) {
+      c.wait(*receives[child * window + s % window]);
+      reduce::reduce(own + first, partial, slot(child, s), n, type, op);  // partial op child
+      partial = own + first;
+      if (s + window < segments) post(child, s + window);
     }
-    if (vr + mask < p) {
-      std::byte* incoming = c.scratch_buffer(1, bytes);
-      c.wait(*t.irecv((vr + mask + root) % p, tag, incoming, bytes));
-      if (!own) own = c.scratch_buffer(0, bytes);
-      reduce::reduce(own, partial, incoming, count, type, op);  // partial op child: a fixed order
-      partial = own;
-    }
+    if (parent >= 0) sends.push_back(t.isend(parent, tag_of(s), partial, length_of(s)));
   }
-  if (r != root) return;  // p == 1 or nothing to send
-  if (bytes && partial != own) std::memcpy(own, partial, bytes);
-  if (op == ReduceOp::avg && bytes) reduce::divide(own, count, type, static_cast<std::size_t>(p));
+  c.wait_all(sends);
+  if (r != root || bytes == 0) return;
+  if (children.empty() && own != input) std::memcpy(own, input, bytes);  // p == 1
+  if (op == ReduceOp::avg) reduce::divide(own, count, type, static_cast<std::size_t>(p));
 }
 
 void reduce_scatter_gather(const Collective& c, const void* send, void* recv, std::size_t count,
