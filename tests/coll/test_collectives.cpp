@@ -639,6 +639,23 @@ TEST(Collectives, ARankCallingAnotherCollectiveGetsAnErrorNamingBoth) {
   }
 }
 
+// The tree reduce cuts its messages into segments by the caller's count:
+// ranks that disagree on it post receives of other lengths and numbers.
+// Still no rank returns, every one fails, and the error names both calls.
+TEST(Collectives, RanksReducingDifferentCountsGetAnErrorNamingBoth) {
+  const auto outcomes = run_ranks(2, [&](Communicator& comm) {
+    std::vector<float> buffer(comm.rank() == 0 ? 300001 : 1000, 1.0f);
+    comm.reduce(buffer.data(), buffer.data(), buffer.size(), DataType::float32, ReduceOp::sum, 0);
+  }, Options{Algorithm::automatic, std::chrono::seconds(20), ""});
+  for (std::size_t r = 0; r < outcomes.size(); ++r) {
+    EXPECT_TRUE(outcomes[r].failed) << "rank " << r;
+    EXPECT_EQ(outcomes[r].code, ErrorCode::mismatched_collective) << outcomes[r].message;
+  }
+  const std::string both = outcomes[0].message + outcomes[1].message;
+  EXPECT_NE(both.find("reduce(count=300001"), std::string::npos) << both;
+  EXPECT_NE(both.find("reduce(count=1000"), std::string::npos) << both;
+}
+
 TEST(Collectives, TheCAbiRunsEachAndReportsErrors) {
   chorus_comm_t comm = nullptr;
   ASSERT_EQ(chorus_comm_init(&comm, 0, 1, nullptr), chorus_success) << chorus_get_last_error(nullptr);
