@@ -135,7 +135,6 @@ TEST(Selector, BadTuningFilesNameFileLineAndProblem) {
   }
 }
 
-
 // The probe on p in-process ranks: every rank's model.
 std::vector<CostModel> probe_on(int p) {
   std::vector<CostModel> models(static_cast<std::size_t>(p));
