@@ -21,26 +21,35 @@ std::byte* Collective::scratch_buffer(unsigned slot, std::size_t bytes) const {
   return (scratch != nullptr ? *scratch : per_thread).get(slot, bytes);
 }
 
+std::function<void()> Collective::poller(const std::function<void()>& also) const {
+  if (check == nullptr && !also && abort_requested == nullptr) return nullptr;
+  return [this, &also] {
+    if (abort_requested != nullptr && abort_requested->load(std::memory_order_relaxed))
+      throw Error(ErrorCode::aborted, "the communicator was aborted");
+    if (check != nullptr) check->poll();
+    if (also) also();
+  };
+}
+
 void Collective::wait(const transport::Request& request,
                       const std::function<void()>& also) const {
   try {
-    if (check == nullptr && !also && abort_requested == nullptr) {
-      transport.wait(request, deadline);
-    } else {
-      transport.wait(request, deadline, [&] {
-        if (abort_requested != nullptr && abort_requested->load(std::memory_order_relaxed))
-          throw Error(ErrorCode::aborted, "the communicator was aborted");
-        if (check != nullptr) check->poll();
-        if (also) also();
-      });
-    }
+    transport.wait(request, deadline, poller(also));
   } catch (const Error& e) {
     fail(e);
   }
 }
 
 void Collective::wait_all(std::span<const transport::RequestPtr> requests) const {
-  for (const auto& r : requests) wait(*r);
+  // The transport's wait_all: the first failure among the requests, whichever
+  // peer it names, ends the call at once (waiting in order would sit on a
+  // healthy peer's message while another request already knows a peer died).
+  const std::function<void()> nothing_else;
+  try {
+    transport.wait_all(requests, deadline, poller(nothing_else));
+  } catch (const Error& e) {
+    fail(e);
+  }
 }
 
 void Collective::fail(const Error& error) const {

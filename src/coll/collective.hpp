@@ -71,6 +71,7 @@ struct Collective {
   // an algorithm that drives several schedules at once advances them while
   // it waits for one); on error, see fail().
   void wait(const transport::Request& request, const std::function<void()>& also = nullptr) const;
+  // Until every request ends; the first failure among them ends the call.
   void wait_all(std::span<const transport::RequestPtr> requests) const;
 
   // Ends the call with `error`: when the call check has not finished, it
@@ -79,6 +80,12 @@ struct Collective {
   // reason, which fails every pending request and tells the peers, and the
   // error is thrown.
   [[noreturn]] void fail(const Error& error) const;
+
+ private:
+  // What a wait runs after each progress pass: the abort flag, the call
+  // check and `also` (held by reference: it must outlive the wait); null
+  // when there is nothing to run.
+  std::function<void()> poller(const std::function<void()>& also) const;
 };
 
 }  // namespace chorus::coll
