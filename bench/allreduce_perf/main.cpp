@@ -8,7 +8,7 @@
 #include "report.hpp"
 #include "verify.hpp"
 
-#include "api/communicator_impl.hpp"
+#include "core/engine.hpp"
 
 #include <chorus/chorus.hpp>
 #include <fmt/format.h>
@@ -126,7 +126,7 @@ class Runner {
                 o_.check);
     if (o_.blocking) std::printf("# Blocking Enabled: wait for completion and barrier after each collective \n");
     std::printf("#\n");
-    const auto& model = comm_.impl().selector->model();
+    const auto& model = engine().cost_model();
     std::printf("# Chorus %s: %d ranks over %.*s; cost model alpha %.2f us, overhead %.2f us, "
                 "beta %.2f GB/s, gamma %.2f GB/s\n",
                 version_string(), ranks_, static_cast<int>(comm_.transport_name().size()),
@@ -145,7 +145,7 @@ class Runner {
     }
     if (!o_.tune_file.empty()) {
       coll::Tuning tuning;
-      tuning.model = comm_.impl().selector->model();
+      tuning.model = engine().cost_model();
       for (const auto& [bytes, best] : best_) tuning.entries.push_back({ranks_, bytes, best.second});
       coll::write_tuning(o_.tune_file, tuning);
       std::printf("# Tuning file written: %s (%zu sizes)\n", o_.tune_file.c_str(), best_.size());
@@ -210,40 +210,34 @@ class Runner {
     }
   }
 
-  void call(std::size_t count, DataType type, ReduceOp op, bool in_place, Algorithm algorithm) {
+  void call(std::size_t count, DataType type, ReduceOp op, bool in_place,
+            const std::string& algorithm) {
     const Buffers b = buffers(count, type, in_place);
     const std::size_t n = per_rank(count);
+    CallOptions forced;
+    forced.algorithm_name = algorithm;
     switch (o_.collective) {
-      case PerfCollective::allreduce: return comm_.allreduce(b.send, b.recv, n, type, op, {algorithm});
-      case PerfCollective::allgather: return comm_.allgather(b.send, b.recv, n, type);
-      case PerfCollective::broadcast: return comm_.broadcast(b.recv, n, type, o_.root);
-      case PerfCollective::reduce: return comm_.reduce(b.send, b.recv, n, type, op, o_.root);
-      case PerfCollective::reduce_scatter: return comm_.reduce_scatter(b.send, b.recv, n, type, op);
-      case PerfCollective::alltoall: return comm_.alltoall(b.send, b.recv, n, type);
+      case PerfCollective::allreduce: return comm_.allreduce(b.send, b.recv, n, type, op, forced);
+      case PerfCollective::allgather: return comm_.allgather(b.send, b.recv, n, type, forced);
+      case PerfCollective::broadcast: return comm_.broadcast(b.recv, n, type, o_.root, forced);
+      case PerfCollective::reduce: return comm_.reduce(b.send, b.recv, n, type, op, o_.root, forced);
+      case PerfCollective::reduce_scatter:
+        return comm_.reduce_scatter(b.send, b.recv, n, type, op, forced);
+      case PerfCollective::alltoall: return comm_.alltoall(b.send, b.recv, n, type, forced);
     }
   }
 
-  // The algorithm that runs a call of `count` (allreduce: what `algorithm`
-  // resolves to).
-  std::string algorithm_name(std::size_t count, DataType type, ReduceOp op, Algorithm algorithm) {
-    using coll::CollectiveKind;
-    if (o_.collective == PerfCollective::allreduce)
-      return std::string(coll::to_string(comm_.impl().choose(algorithm, count * size_of(type)).variant));
-    static const std::map<PerfCollective, CollectiveKind> kinds = {
-        {PerfCollective::allgather, CollectiveKind::allgather},
-        {PerfCollective::broadcast, CollectiveKind::broadcast},
-        {PerfCollective::reduce, CollectiveKind::reduce},
-        {PerfCollective::reduce_scatter, CollectiveKind::reduce_scatter},
-        {PerfCollective::alltoall, CollectiveKind::alltoall}};
-    const Buffers b = buffers(count, type, false);
-    const Call call = comm_.impl().make_call(
-        kinds.at(o_.collective),
-        {.send = b.send, .recv = b.recv, .count = per_rank(count), .type = type, .op = op, .root = o_.root},
-        {});
-    return std::string(coll::algorithm_name(call.signature.algorithm));
+  // The registry row that runs a call of `count` when `algorithm` is asked for.
+  const coll::AlgorithmRow& algorithm_row(std::size_t count, DataType type,
+                                          const std::string& algorithm) {
+    const coll::Operands shape{.count = per_rank(count), .type = type};
+    const coll::CollectiveKind kind = kind_of(o_.collective);
+    return *engine().choose(kind, algorithm, coll::choice_bytes(kind, shape, ranks_)).row;
   }
+  Communicator::Impl& engine() { return CommunicatorAccess::engine(comm_); }
 
-  Timing measure(std::size_t count, DataType type, ReduceOp op, bool in_place, Algorithm algorithm) {
+  Timing measure(std::size_t count, DataType type, ReduceOp op, bool in_place,
+                 const std::string& algorithm) {
     const std::size_t bytes = count * size_of(type);
     call(count, type, op, in_place, algorithm);  // sync, as nccl-tests does
     barrier();
@@ -262,7 +256,8 @@ class Runner {
 
   // Re-initializes the buffers with exactly verifiable values, runs once,
   // and counts wrong elements over all ranks.
-  std::int64_t check(std::size_t count, DataType type, ReduceOp op, bool in_place, Algorithm algorithm) {
+  std::int64_t check(std::size_t count, DataType type, ReduceOp op, bool in_place,
+                     const std::string& algorithm) {
     std::int64_t wrong = 0;
     for (int c = 0; c < o_.check && wrong == 0; ++c) {
       ++seed_;
@@ -368,7 +363,7 @@ class Runner {
   void sweep(DataType type, ReduceOp op) {
     const std::size_t esize = size_of(type);
     // Warm-up at the largest and the smallest size, as nccl-tests does.
-    for (Algorithm a : o_.algorithms)
+    for (const std::string& a : o_.algorithms)
       for (std::size_t bytes : {o_.max_bytes, o_.min_bytes})
         for (int i = 0; i < o_.warmup_iters; ++i) call(rounded(bytes / esize), type, op, false, a);
 #if defined(CHORUS_PERF_WITH_MPI)
@@ -378,7 +373,7 @@ class Runner {
 #endif
     for (std::size_t size : o_.sizes()) {
       const std::size_t count = rounded(size / esize);
-      for (Algorithm a : o_.algorithms) {
+      for (const std::string& a : o_.algorithms) {
         Row row;
         row.bytes = count * esize;
         row.count = count;
@@ -386,8 +381,8 @@ class Runner {
         row.op = op;
         row.has_op = reduces(o_.collective);
         row.root = rooted(o_.collective) ? o_.root : -1;
-        row.algorithm = algorithm_name(count, type, op, a);
-        row.automatic = a == Algorithm::automatic && o_.collective == PerfCollective::allreduce;
+        row.algorithm = std::string(algorithm_row(count, type, a).name);
+        row.automatic = a == "auto";
         row.out_of_place = measure(count, type, op, false, a);
         if (has_in_place(o_.collective)) row.in_place = measure(count, type, op, true, a);
 #if defined(CHORUS_PERF_WITH_MPI)
@@ -403,17 +398,19 @@ class Runner {
     return per_rank(count) * (size_is_all_blocks(o_.collective) ? static_cast<std::size_t>(ranks_) : 1);
   }
 
-  void record(const Row& row, Algorithm a) {
+  void record(const Row& row, const std::string& a) {
     for (const Timing* t : {&row.out_of_place, row.in_place ? &*row.in_place : nullptr}) {
       if (t == nullptr) continue;
       if (t->wrong > 0) ++failed_;
       busbw_sum_ += t->busbw;
       ++busbw_count_;
     }
-    if (a != Algorithm::automatic) {  // --tune: the fastest forced variant per size
+    if (a != "auto" && o_.collective == PerfCollective::allreduce) {
+      // --tune: the fastest forced variant per size
       auto& best = best_[row.bytes];
       if (best.first == 0 || row.out_of_place.time_us < best.first)
-        best = {row.out_of_place.time_us, comm_.impl().choose(a, row.bytes).variant};
+        best = {row.out_of_place.time_us,
+                static_cast<coll::Variant>(algorithm_row(row.count, row.type, a).id)};
     }
     if (rank_ != 0) return;
     std::string line = format_row(row);
@@ -454,12 +451,12 @@ int run_rank(PerfOptions o) {
 #else
   if (o.mpi) throw UsageError("--mpi: this build has no MPI");
 #endif
-  if (o.collective != PerfCollective::allreduce &&
-      (o.algorithms != std::vector<Algorithm>{Algorithm::automatic} || !o.tune_file.empty()))
-    throw UsageError("-A/--algo and --tune choose AllReduce algorithms: allreduce_perf only");
-  if (!o.tune_file.empty() && o.algorithms == std::vector<Algorithm>{Algorithm::automatic})
-    o.algorithms = {Algorithm::ring, Algorithm::tree, Algorithm::direct, Algorithm::halving_doubling,
-                    Algorithm::recursive_doubling};
+  if (o.collective != PerfCollective::allreduce && !o.tune_file.empty())
+    throw UsageError("--tune writes AllReduce's tuning file: allreduce_perf only");
+  if (!o.tune_file.empty() && o.algorithms == std::vector<std::string>{"auto"}) {
+    o.algorithms = parse({"-A", "all"}, o.collective).algorithms;
+    o.algorithms.pop_back();  // every algorithm, without auto
+  }
   Options options;
   options.transport = o.transport;
   if (o.timeout_seconds > 0) options.timeout = std::chrono::seconds(o.timeout_seconds);
@@ -489,8 +486,7 @@ int main(int argc, char** argv) {
       std::string(to_string(collective.value_or(PerfCollective::allreduce))) + "_perf";
   PerfOptions options;
   try {
-    options = parse(args);
-    options.collective = collective.value_or(PerfCollective::allreduce);
+    options = parse(args, collective.value_or(PerfCollective::allreduce));
   } catch (const UsageError& e) {
     std::fprintf(stderr, "%s: %s\n\n%s", program.c_str(), e.what(), usage(program).c_str());
     return 2;

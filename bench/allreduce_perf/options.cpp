@@ -1,5 +1,7 @@
 #include "options.hpp"
 
+#include "coll/registry.hpp"
+
 #include <fmt/format.h>
 
 #include <cerrno>
@@ -49,16 +51,21 @@ std::vector<ReduceOp> parse_ops(const std::string& text) {
       "-o/--op: '{}' is not one of sum, prod, min, max, avg, band, bor, bxor, all", text));
 }
 
-std::vector<Algorithm> parse_algorithms(const std::string& text) {
-  if (text == "all")
-    return {Algorithm::ring,          Algorithm::tree,
-            Algorithm::direct,        Algorithm::halving_doubling,
-            Algorithm::recursive_doubling, Algorithm::automatic};
-  if (auto a = parse_algorithm(text)) return {*a};
-  throw UsageError(fmt::format(
-      "-A/--algo: '{}' is not one of auto, ring, tree, direct, halving_doubling, "
-      "recursive_doubling, all",
-      text));
+// "all": every family of the collective's rows (AllReduce's one-shot and
+// two-shot as "direct", chosen between by cost), then auto.
+std::vector<std::string> parse_algorithms(const std::string& text, coll::CollectiveKind kind) {
+  if (text == "all") {
+    std::vector<std::string> names;
+    for (const coll::AlgorithmRow& row : coll::rows_of(kind))
+      if (std::find(names.begin(), names.end(), row.family) == names.end())
+        names.emplace_back(row.family);
+    names.emplace_back("auto");
+    return names;
+  }
+  if (text == "auto" || text == "automatic") return {"auto"};
+  if (coll::find_row(kind, text) != nullptr) return {text};
+  throw UsageError(fmt::format("-A/--algo: '{}' is not one of {}, all (the algorithms of {})", text,
+                               coll::names_of(kind), coll::to_string(kind)));
 }
 
 constexpr std::pair<std::string_view, PerfCollective> kCollectives[] = {
@@ -144,8 +151,21 @@ std::vector<std::size_t> PerfOptions::sizes() const {
   return out;
 }
 
-PerfOptions parse(const std::vector<std::string>& args) {
+coll::CollectiveKind kind_of(PerfCollective c) {
+  switch (c) {
+    case PerfCollective::allreduce: return coll::CollectiveKind::allreduce;
+    case PerfCollective::allgather: return coll::CollectiveKind::allgather;
+    case PerfCollective::broadcast: return coll::CollectiveKind::broadcast;
+    case PerfCollective::reduce: return coll::CollectiveKind::reduce;
+    case PerfCollective::reduce_scatter: return coll::CollectiveKind::reduce_scatter;
+    case PerfCollective::alltoall: return coll::CollectiveKind::alltoall;
+  }
+  return coll::CollectiveKind::allreduce;
+}
+
+PerfOptions parse(const std::vector<std::string>& args, PerfCollective collective) {
   PerfOptions o;
+  o.collective = collective;
   // Long names and the short letter each stands for.
   static const std::map<std::string, char> kLong = {
       {"minbytes", 'b'}, {"maxbytes", 'e'},  {"stepbytes", 'i'}, {"stepfactor", 'f'},
@@ -209,7 +229,7 @@ PerfOptions parse(const std::vector<std::string>& args) {
       case 'u': o.unalign = static_cast<std::size_t>(parse_int(value, what, 0, 4096)); break;
       case 'J': o.json_file = value; break;
       case 'C': o.csv_file = value; break;
-      case 'A': o.algorithms = parse_algorithms(value); break;
+      case 'A': o.algorithms = parse_algorithms(value, kind_of(collective)); break;
       case 'X':
         if (value != "auto" && value != "ucx" && value != "tcp")
           throw UsageError(fmt::format("{}: '{}' is not one of auto, ucx, tcp", what, value));
@@ -259,8 +279,10 @@ std::string usage(const std::string& program) {
   -r,--root <rank>          root of broadcast and reduce. Default 0
   -h,--help                 this text
  Chorus's own:
-  -A,--algo <name>          (allreduce) auto, ring, tree, direct, halving_doubling,
-                            recursive_doubling, or all (each in turn, then auto). Default auto
+  -A,--algo <name>          an algorithm of the collective (allreduce: ring, tree, direct,
+                            halving_doubling, recursive_doubling, ...; docs/tuning.md lists
+                            every collective's), auto, or all (each in turn, then auto).
+                            Default auto
   -X,--transport <name>     auto, ucx, tcp. Default: CHORUS_TRANSPORT, else auto
   --np <n>                  start n local ranks on this machine (a loopback store);
                             without it, rank and size come from the launcher

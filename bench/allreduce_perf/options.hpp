@@ -4,6 +4,8 @@
 // UsageError, which main() prints with the usage and exit status 2.
 #pragma once
 
+#include "coll/call_check.hpp"
+
 #include <chorus/algorithm.hpp>
 #include <chorus/types.hpp>
 
@@ -57,7 +59,9 @@ struct PerfOptions {
   std::string json_file;             // -J
   std::string csv_file;              // --csv
   // Chorus's own:
-  std::vector<Algorithm> algorithms = {Algorithm::automatic};  // -A (all: every one, then auto)
+  // -A: registry names of the collective's algorithms, "auto" for the
+  // automatic choice ("all": every one, then auto).
+  std::vector<std::string> algorithms = {"auto"};
   std::string transport;             // -X: auto, ucx, tcp ("" = CHORUS_TRANSPORT)
   int np = 0;                        // --np: start this many local ranks
   bool mpi = false;                  // --mpi: also time MPI_Allreduce
@@ -71,7 +75,11 @@ struct PerfOptions {
   std::vector<std::size_t> sizes() const;
 };
 
-PerfOptions parse(const std::vector<std::string>& args);
+// `collective`: the program's (its -A names are checked against it).
+PerfOptions parse(const std::vector<std::string>& args,
+                  PerfCollective collective = PerfCollective::allreduce);
+// The registry's collective that `c` measures.
+coll::CollectiveKind kind_of(PerfCollective c);
 // The usage text of `program` (its collective's name in it).
 std::string usage(const std::string& program);
 // "64M" -> 67108864; K, M, G are binary; throws UsageError naming `what`.

@@ -38,16 +38,24 @@ namespace chorus {
 
 struct Options {
   // How collectives of this communicator pick their algorithm unless a call
-  // says otherwise. CHORUS_ALGO, when set to an algorithm, overrides both.
+  // says otherwise. CHORUS_ALGO, when it names one, overrides both.
+  // `algorithm`: AllReduce's; `algorithms`: any collective's, in CHORUS_ALGO's
+  // form ("allgather=bruck,reduce=binomial_tree,allreduce=ring"; names in
+  // docs/tuning.md); an entry there wins over `algorithm`.
   Algorithm algorithm = Algorithm::automatic;
   // Deadline of every wait; CHORUS_TIMEOUT (seconds) when unset.
   std::optional<std::chrono::duration<double>> timeout;
   // "auto", "ucx", "tcp"; CHORUS_TRANSPORT when empty.
   std::string transport;
+  std::string algorithms;  // see `algorithm` above
 };
 
 struct CallOptions {
-  Algorithm algorithm = Algorithm::automatic;  // automatic: the communicator's choice
+  Algorithm algorithm = Algorithm::automatic;  // AllReduce's; automatic: the communicator's choice
+  // Any collective's algorithm by name ("bruck" for allgather; docs/tuning.md);
+  // empty: `algorithm`. An unknown name, or one that cannot run on this
+  // communicator's ranks, is Error(invalid_argument).
+  std::string algorithm_name;
 };
 
 // The handle of an async collective.
@@ -292,11 +300,11 @@ class CHORUS_API Communicator {
 
   Counters counters() const;
 
-  struct Impl;
-  explicit Communicator(std::unique_ptr<Impl> impl);
-  Impl& impl() { return *impl_; }
+  struct Impl;  // the engine: src/core/engine.hpp, not installed
 
  private:
+  friend struct CommunicatorAccess;  // the library's own way in (src/core/engine.hpp)
+  explicit Communicator(std::unique_ptr<Impl> impl);
   static void check_spans(std::size_t send, std::size_t recv);
   std::unique_ptr<Impl> impl_;
 };

@@ -12,13 +12,11 @@
 #include <cstring>
 
 namespace chorus::coll {
-namespace {
 
-// Below this many bytes per rank Bruck's fewer steps win over the ring's
-// fewer copies (measured at p = 4, docs/tuning.md).
-constexpr std::size_t kBruckBelowBytes = 32 * 1024;
-
-void bruck(const Collective& c, const void* send, void* recv, std::size_t block) {
+void allgather_bruck(const Collective& c, const void* send, void* recv, std::size_t count,
+                     DataType type) {
+  const std::size_t block = count * size_of(type);
+  if (block == 0) return;
   transport::Transport& t = c.transport;
   const int p = t.size(), r = t.rank();
   std::byte* gathered = c.scratch_buffer(0, block * static_cast<std::size_t>(p));
@@ -38,22 +36,6 @@ void bruck(const Collective& c, const void* send, void* recv, std::size_t block)
   for (int i = 0; i < p; ++i)
     std::memcpy(out + static_cast<std::size_t>((r + i) % p) * block,
                 gathered + static_cast<std::size_t>(i) * block, block);
-}
-
-}  // namespace
-
-Method allgather_method(std::size_t bytes_per_rank, int p) noexcept {
-  return p > 2 && bytes_per_rank < kBruckBelowBytes ? Method::bruck : Method::ring;
-}
-
-void allgather(const Collective& c, const void* send, void* recv, std::size_t count,
-               DataType type) {
-  const int p = c.transport.size();
-  const std::size_t block = count * size_of(type);
-  if (block > 0 && allgather_method(block, p) == Method::bruck)
-    bruck(c, send, recv, block);
-  else
-    allgatherv(c, send, recv, BlockLayout::uniform(p, count), type);
 }
 
 void allgatherv(const Collective& c, const void* send, void* recv, const BlockLayout& blocks,

@@ -16,14 +16,11 @@
 #include <vector>
 
 namespace chorus::coll {
-namespace {
 
-// Bruck from this many ranks, while a rank sends at most this many bytes
-// in all (measured at p = 4 and 8, docs/tuning.md).
-constexpr int kBruckFromRanks = 4;
-constexpr std::size_t kBruckUpToSendBytes = 16 * 1024;
-
-void bruck(const Collective& c, const void* send, void* recv, std::size_t block) {
+void alltoall_bruck(const Collective& c, const void* send, void* recv, std::size_t count,
+                    DataType type) {
+  const std::size_t block = count * size_of(type);
+  if (block == 0) return;
   transport::Transport& t = c.transport;
   const int p = t.size(), r = t.rank();
   const auto ranks = static_cast<std::size_t>(p);
@@ -54,14 +51,6 @@ void bruck(const Collective& c, const void* send, void* recv, std::size_t block)
     std::memcpy(out + (static_cast<std::size_t>(r) + ranks - i) % ranks * block, at(blocks, i), block);
 }
 
-}  // namespace
-
-Method alltoall_method(std::size_t block_bytes, int p) noexcept {
-  return p >= kBruckFromRanks && block_bytes <= kBruckUpToSendBytes / static_cast<std::size_t>(p)
-             ? Method::bruck
-             : Method::pairwise;
-}
-
 void alltoallv(const Collective& c, const void* send, const BlockLayout& send_blocks, void* recv,
                const BlockLayout& recv_blocks, DataType type) {
   transport::Transport& t = c.transport;
@@ -89,16 +78,10 @@ void alltoallv(const Collective& c, const void* send, const BlockLayout& send_bl
   for (const auto& receive : receives) expect_whole(c, *receive, esize, "recv_counts");
 }
 
-void alltoall(const Collective& c, const void* send, void* recv, std::size_t count,
-              DataType type) {
-  const int p = c.transport.size();
-  const std::size_t block = count * size_of(type);
-  if (block == 0) return;
-  if (alltoall_method(block, p) == Method::bruck) {
-    bruck(c, send, recv, block);
-    return;
-  }
-  const BlockLayout blocks = BlockLayout::uniform(p, count);
+void alltoall_pairwise(const Collective& c, const void* send, void* recv, std::size_t count,
+                       DataType type) {
+  if (count == 0) return;
+  const BlockLayout blocks = BlockLayout::uniform(c.transport.size(), count);
   alltoallv(c, send, blocks, recv, blocks, type);
 }
 

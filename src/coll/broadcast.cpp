@@ -10,12 +10,15 @@
 
 namespace chorus::coll {
 namespace {
-
-constexpr std::size_t kChainFromBytes = 256 * 1024;
 constexpr std::size_t kSegmentBytes = 512 * 1024;
+}  // namespace
 
-void binomial(const Collective& c, std::byte* buffer, std::size_t bytes, int root) {
+void broadcast_binomial(const Collective& c, void* data, std::size_t count, DataType type,
+                        int root) {
+  const std::size_t bytes = count * size_of(type);
   transport::Transport& t = c.transport;
+  if (t.size() == 1 || bytes == 0) return;
+  auto* buffer = static_cast<std::byte*>(data);
   const int p = t.size(), vr = (t.rank() - root + p) % p;
   const transport::Tag tag = c.message_tag(0, 0, 0);  // one message per pair
   int mask = 1;
@@ -31,9 +34,12 @@ void binomial(const Collective& c, std::byte* buffer, std::size_t bytes, int roo
   c.wait_all(sends);
 }
 
-void chain(const Collective& c, std::byte* buffer, std::size_t bytes, std::size_t esize,
-           int root) {
+void broadcast_chain(const Collective& c, void* data, std::size_t count, DataType type,
+                     int root) {
+  const std::size_t esize = size_of(type), bytes = count * esize;
   transport::Transport& t = c.transport;
+  if (t.size() == 1 || bytes == 0) return;
+  auto* buffer = static_cast<std::byte*>(data);
   const int p = t.size(), r = t.rank(), vr = (r - root + p) % p;
   std::size_t segment = std::max(kSegmentBytes, (bytes + kMaxSegments - 1) / kMaxSegments);
   segment = (segment + esize - 1) / esize * esize;  // whole elements
@@ -53,23 +59,6 @@ void chain(const Collective& c, std::byte* buffer, std::size_t bytes, std::size_
                               buffer + first, length));
   }
   c.wait_all(sends);
-}
-
-}  // namespace
-
-Method broadcast_method(std::size_t bytes, int p) noexcept {
-  return bytes >= kChainFromBytes && p > 2 ? Method::chain : Method::binomial_tree;
-}
-
-void broadcast(const Collective& c, void* buffer, std::size_t count, DataType type, int root) {
-  const int p = c.transport.size();
-  const std::size_t bytes = count * size_of(type);
-  if (p == 1 || bytes == 0) return;
-  auto* data = static_cast<std::byte*>(buffer);
-  if (broadcast_method(bytes, p) == Method::chain)
-    chain(c, data, bytes, size_of(type), root);
-  else
-    binomial(c, data, bytes, root);
 }
 
 }  // namespace chorus::coll

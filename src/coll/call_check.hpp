@@ -43,6 +43,7 @@ enum class CollectiveKind : std::uint8_t {
   scatter,
   scatterv,
 };
+inline constexpr int kCollectiveKinds = 14;
 // Whether the collective combines values with an op (and so names one).
 bool reduces(CollectiveKind kind) noexcept;
 std::string_view to_string(CollectiveKind kind) noexcept;

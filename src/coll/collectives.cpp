@@ -1,30 +1,8 @@
 #include "coll/collectives.hpp"
 
-#include "coll/selector.hpp"
-
 #include <fmt/format.h>
 
 namespace chorus::coll {
-
-std::string_view method_name(Method m) noexcept {
-  switch (m) {
-    case Method::binomial_tree: return "binomial_tree";
-    case Method::chain: return "chain";
-    case Method::ring: return "ring";
-    case Method::pairwise: return "pairwise";
-    case Method::dissemination: return "dissemination";
-    case Method::bruck: return "bruck";
-    case Method::linear: return "linear";
-    case Method::reduce_scatter_gather: return "reduce_scatter_gather";
-    case Method::recursive_halving: return "recursive_halving";
-  }
-  return "unknown algorithm";
-}
-
-std::string_view algorithm_name(std::uint8_t index) noexcept {
-  if (index < kVariantCount) return variant_name(index);
-  return method_name(static_cast<Method>(index));
-}
 
 void require_steps(int p, std::string_view collective) {
   if (p > static_cast<int>(kMaxSteps))

@@ -1,6 +1,7 @@
-// The collectives other than AllReduce, each in a file of its own, all over
-// the same Collective (transport, tag space, deadline, call check) as the
-// AllReduce algorithms. Buffers are as the public API documents them
+// The algorithms of the collectives other than AllReduce, a file per
+// collective, all over the same Collective (transport, tag space, deadline,
+// call check) as the AllReduce algorithms; coll/registry.hpp names them and
+// chooses among them. Buffers are as the public API documents them
 // (include/chorus/communicator.hpp); the Communicator has checked the
 // arguments. Every function is correct for p >= 1 and zero counts.
 //
@@ -20,24 +21,6 @@
 #include <vector>
 
 namespace chorus::coll {
-
-// How a non-AllReduce call runs, for the call check and messages. Numbered
-// after the AllReduce variants (selector.hpp), so that one byte of a call
-// signature names either.
-enum class Method : std::uint8_t {
-  binomial_tree = 32,     // broadcast (small), reduce (small)
-  chain,                  // broadcast (large): pipelined along the ring
-  ring,                   // allgather(v), reduce_scatter(_v)
-  pairwise,               // alltoall(v)
-  dissemination,          // barrier
-  bruck,                  // allgather, alltoall (small): ceil(log2 p) steps
-  linear,                 // gather(v), scatter(v): the root talks to each rank
-  reduce_scatter_gather,  // reduce (large): ring reduce-scatter, then gather
-  recursive_halving,      // reduce_scatter (small, p a power of two)
-};
-std::string_view method_name(Method m) noexcept;
-// Variant names for AllReduce indices, method names above them.
-std::string_view algorithm_name(std::uint8_t index) noexcept;
 
 // Throws Error(unsupported) when p ranks need more ring steps than a call's
 // tags can number (kMaxSteps).
@@ -65,43 +48,51 @@ void expect_whole(const Collective& c, const transport::Request& receive, std::s
                   std::string_view what);
 
 // broadcast.cpp: root's `count` elements to every rank's `buffer`.
-Method broadcast_method(std::size_t bytes, int p) noexcept;
-void broadcast(const Collective& c, void* buffer, std::size_t count, DataType type, int root);
+// Binomial tree: ceil(log2 p) steps of the whole buffer. Chain: segments
+// passed along the ring from the root, each forwarded as soon as it lands.
+void broadcast_binomial(const Collective& c, void* buffer, std::size_t count, DataType type,
+                        int root);
+void broadcast_chain(const Collective& c, void* buffer, std::size_t count, DataType type,
+                     int root);
 
 // reduce_to_root.cpp: recv (at root only) = op over all ranks of send.
-// send == recv at root is in place.
-Method reduce_method(std::size_t bytes, int p) noexcept;
-void reduce_to_root(const Collective& c, const void* send, void* recv, std::size_t count,
-                    DataType type, ReduceOp op, int root);
+// send == recv at root is in place. Binomial tree (segmented), or a ring
+// reduce-scatter followed by a gather of the blocks at the root.
+void reduce_binomial(const Collective& c, const void* send, void* recv, std::size_t count,
+                     DataType type, ReduceOp op, int root);
+void reduce_scatter_gather(const Collective& c, const void* send, void* recv, std::size_t count,
+                           DataType type, ReduceOp op, int root);
 
 // allgather.cpp: recv (p blocks of count) gets rank j's send in block j.
-// In place when send == recv + rank * block.
-Method allgather_method(std::size_t bytes_per_rank, int p) noexcept;
-void allgather(const Collective& c, const void* send, void* recv, std::size_t count,
-               DataType type);
-// recv's block j (as `blocks` lays it out) gets rank j's send; in place
-// when send is this rank's block of recv.
+// In place when send == recv + rank * block. Bruck: ceil(log2 p) steps.
+void allgather_bruck(const Collective& c, const void* send, void* recv, std::size_t count,
+                     DataType type);
+// The ring, for any layout: recv's block j (as `blocks` lays it out) gets
+// rank j's send; in place when send is this rank's block of recv.
 void allgatherv(const Collective& c, const void* send, void* recv, const BlockLayout& blocks,
                 DataType type, unsigned phase = 0);
 
 // reduce_scatter.cpp: send holds p blocks, counts[j] elements each, back to
 // back; recv (counts[rank]) gets block `rank` reduced over all ranks. In
-// place when recv is this rank's block of send.
-Method reduce_scatter_method(std::size_t total_bytes, int p) noexcept;
-void reduce_scatter_v(const Collective& c, const void* send, void* recv,
-                      std::span<const std::size_t> counts, DataType type, ReduceOp op,
-                      unsigned phase = 0);
-void reduce_scatter(const Collective& c, const void* send, void* recv, std::size_t count,
-                    DataType type, ReduceOp op);
+// place when recv is this rank's block of send. Ring (any p), or recursive
+// halving (p a power of two: throws Error(unsupported) otherwise).
+void reduce_scatter_ring(const Collective& c, const void* send, void* recv,
+                         std::span<const std::size_t> counts, DataType type, ReduceOp op,
+                         unsigned phase = 0);
+void reduce_scatter_halving(const Collective& c, const void* send, void* recv,
+                            std::span<const std::size_t> counts, DataType type, ReduceOp op,
+                            unsigned phase = 0);
 
 // alltoall.cpp: send's block j goes to rank j, into its recv's block
-// `rank`. Blocks as the layouts say; send_blocks.counts[j] on this rank must
-// equal recv_blocks.counts[rank] on rank j.
+// `rank`. Pairwise exchange for any layout: send_blocks.counts[j] on this
+// rank must equal recv_blocks.counts[rank] on rank j. Bruck: equal blocks
+// in ceil(log2 p) steps.
 void alltoallv(const Collective& c, const void* send, const BlockLayout& send_blocks, void* recv,
                const BlockLayout& recv_blocks, DataType type);
-Method alltoall_method(std::size_t block_bytes, int p) noexcept;
-void alltoall(const Collective& c, const void* send, void* recv, std::size_t count,
-              DataType type);
+void alltoall_pairwise(const Collective& c, const void* send, void* recv, std::size_t count,
+                       DataType type);
+void alltoall_bruck(const Collective& c, const void* send, void* recv, std::size_t count,
+                    DataType type);
 
 // gather.cpp: the root's recv gets rank j's send (send_count elements) as
 // its block j; `blocks` matters at the root only. In place at the root when
@@ -115,7 +106,7 @@ void gatherv(const Collective& c, const void* send, std::size_t send_count, void
 void scatterv(const Collective& c, const void* send, const BlockLayout& blocks, void* recv,
               std::size_t recv_count, DataType type, int root);
 
-// barrier.cpp: returns once every rank has entered.
+// barrier.cpp: returns once every rank has entered (dissemination).
 void barrier(const Collective& c);
 
 }  // namespace chorus::coll

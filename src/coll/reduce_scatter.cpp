@@ -13,20 +13,41 @@
 
 #include "reduce/reduce.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
 
 namespace chorus::coll {
 namespace {
 
-// Recursive halving while the whole buffer is below this (measured at p =
-// 4, docs/tuning.md).
-constexpr std::size_t kHalvingBelowBytes = 64 * 1024;
+// What both schedules do first: nothing to exchange (one rank, or every
+// block empty) means this rank's block is the input's. True when done.
+bool nothing_to_exchange(const Collective& c, const void* send, void* recv,
+                         std::span<const std::size_t> counts, DataType type) {
+  const int p = c.transport.size(), r = c.transport.rank();
+  const std::size_t largest = *std::max_element(counts.begin(), counts.end());
+  if (p > 1 && largest > 0) return false;
+  // Only a lone rank has a non-empty block here, and it is the first.
+  const std::size_t mine = counts[static_cast<std::size_t>(r)] * size_of(type);
+  if (mine && recv != send) std::memcpy(recv, send, mine);
+  return true;
+}
 
-void recursive_halving(const Collective& c, const void* send, void* recv,
-                       const BlockLayout& blocks, DataType type, ReduceOp op, unsigned phase) {
+}  // namespace
+
+void reduce_scatter_halving(const Collective& c, const void* send, void* recv,
+                            std::span<const std::size_t> counts, DataType type, ReduceOp op,
+                            unsigned phase) {
   transport::Transport& t = c.transport;
   const int p = t.size(), r = t.rank();
+  if ((p & (p - 1)) != 0)
+    throw Error(ErrorCode::unsupported,
+                fmt::format("reduce_scatter: recursive halving needs a power-of-two number of "
+                            "ranks, not {}",
+                            p));
+  if (nothing_to_exchange(c, send, recv, counts, type)) return;
+  const BlockLayout blocks = BlockLayout::packed(counts);
   const std::size_t esize = size_of(type);
   auto offset = [&](int j) { return j == p ? blocks.offset(p - 1, esize) + blocks.bytes(p - 1, esize)
                                            : blocks.offset(j, esize); };
@@ -53,38 +74,22 @@ void recursive_halving(const Collective& c, const void* send, void* recv,
   }
   const std::size_t mine = blocks.bytes(r, esize);
   if (mine) std::memcpy(recv, work + offset(r), mine);
+  if (op == ReduceOp::avg && mine) reduce::divide(recv, mine / esize, type, static_cast<std::size_t>(p));
 }
 
-}  // namespace
-
-Method reduce_scatter_method(std::size_t total_bytes, int p) noexcept {
-  const bool power_of_two = p > 2 && (p & (p - 1)) == 0;
-  return power_of_two && total_bytes < kHalvingBelowBytes ? Method::recursive_halving : Method::ring;
-}
-
-void reduce_scatter_v(const Collective& c, const void* send, void* recv,
-                      std::span<const std::size_t> counts, DataType type, ReduceOp op,
-                      unsigned phase) {
+void reduce_scatter_ring(const Collective& c, const void* send, void* recv,
+                         std::span<const std::size_t> counts, DataType type, ReduceOp op,
+                         unsigned phase) {
   transport::Transport& t = c.transport;
   const int p = t.size(), r = t.rank();
   require_steps(p, "reduce_scatter");
+  if (nothing_to_exchange(c, send, recv, counts, type)) return;
   const std::size_t esize = size_of(type);
   const BlockLayout blocks = BlockLayout::packed(counts);
   const auto* in = static_cast<const std::byte*>(send);
   auto mine = [&](int j) { return in + blocks.offset(j, esize); };
   const std::size_t my_count = blocks.counts[static_cast<std::size_t>(r)];
   const std::size_t largest = *std::max_element(counts.begin(), counts.end()) * esize;
-  if (p == 1 || largest == 0) {
-    if (my_count && recv != send) std::memcpy(recv, send, my_count * esize);
-    return;
-  }
-  const std::size_t total = blocks.offset(p - 1, esize) + blocks.bytes(p - 1, esize);
-  if (reduce_scatter_method(total, p) == Method::recursive_halving) {
-    recursive_halving(c, send, recv, blocks, type, op, phase);
-    if (op == ReduceOp::avg && my_count)
-      reduce::divide(recv, my_count, type, static_cast<std::size_t>(p));
-    return;
-  }
   const int next = (r + 1) % p, prev = (r - 1 + p) % p;
   std::byte* partial[2] = {c.scratch_buffer(0, largest), c.scratch_buffer(1, largest)};
   std::byte* incoming = c.scratch_buffer(2, largest);
@@ -104,12 +109,6 @@ void reduce_scatter_v(const Collective& c, const void* send, void* recv,
   }
   if (op == ReduceOp::avg && my_count)
     reduce::divide(recv, my_count, type, static_cast<std::size_t>(p));
-}
-
-void reduce_scatter(const Collective& c, const void* send, void* recv, std::size_t count,
-                    DataType type, ReduceOp op) {
-  const std::vector<std::size_t> counts(static_cast<std::size_t>(c.transport.size()), count);
-  reduce_scatter_v(c, send, recv, counts, type, op);
 }
 
 }  // namespace chorus::coll

@@ -19,17 +19,15 @@
 namespace chorus::coll {
 namespace {
 
-// From here the shared reduction and (p - 1) / p traffic beat the tree's
-// fewer steps (measured at p = 4, docs/tuning.md).
-constexpr std::size_t kReduceScatterGatherFromBytes = 1024 * 1024;
-
 // The tree's messages are cut into segments of this size, with up to
 // kWindow of them posted ahead from each child.
 constexpr std::size_t kSegmentBytes = 128 * 1024;
 constexpr std::size_t kWindow = 4;
 
-void binomial(const Collective& c, const void* send, void* recv, std::size_t count,
-              DataType type, ReduceOp op, int root) {
+}  // namespace
+
+void reduce_binomial(const Collective& c, const void* send, void* recv, std::size_t count,
+                     DataType type, ReduceOp op, int root) {
   transport::Transport& t = c.transport;
   const int p = t.size(), r = t.rank(), vr = (r - root + p) % p;
   const std::size_t esize = size_of(type), bytes = count * esize;
@@ -96,23 +94,8 @@ void reduce_scatter_gather(const Collective& c, const void* send, void* recv, st
   // in scratch (slot 3: the reduce-scatter uses 0..2).
   std::byte* block = r == root ? static_cast<std::byte*>(recv) + blocks.offset(r, esize)
                                : c.scratch_buffer(3, mine * esize);
-  reduce_scatter_v(c, send, block, counts, type, op, 0);
+  reduce_scatter_ring(c, send, block, counts, type, op, 0);
   gatherv(c, block, mine, recv, blocks, type, root, 1);
-}
-
-}  // namespace
-
-Method reduce_method(std::size_t bytes, int p) noexcept {
-  return p > 2 && bytes >= kReduceScatterGatherFromBytes ? Method::reduce_scatter_gather
-                                                         : Method::binomial_tree;
-}
-
-void reduce_to_root(const Collective& c, const void* send, void* recv, std::size_t count,
-                    DataType type, ReduceOp op, int root) {
-  if (reduce_method(count * size_of(type), c.transport.size()) == Method::reduce_scatter_gather)
-    reduce_scatter_gather(c, send, recv, count, type, op, root);
-  else
-    binomial(c, send, recv, count, type, op, root);
 }
 
 }  // namespace chorus::coll

@@ -1,11 +1,8 @@
 #include "coll/selector.hpp"
 
 #include "coll/call_check.hpp"
-#include "coll/direct.hpp"
-#include "coll/halving_doubling.hpp"
 #include "coll/recursive_doubling.hpp"
-#include "coll/ring.hpp"
-#include "coll/tree.hpp"
+#include "coll/registry.hpp"
 #include "reduce/reduce.hpp"
 
 #include <fmt/format.h>
@@ -21,20 +18,16 @@
 namespace chorus::coll {
 
 namespace {
-constexpr std::string_view kVariantNames[kVariantCount] = {
-    "ring", "tree", "direct_one_shot", "direct_two_shot", "halving_doubling", "recursive_doubling"};
-
+// A variant by its exact name (not a family's: a tuning file names what ran).
 std::optional<Variant> parse_variant(std::string_view name) {
-  for (int v = 0; v < kVariantCount; ++v)
-    if (kVariantNames[v] == name) return static_cast<Variant>(v);
-  return std::nullopt;
+  const AlgorithmRow* row = find_row(CollectiveKind::allreduce, name);
+  if (row == nullptr || row->name != name) return std::nullopt;
+  return static_cast<Variant>(row->id);
 }
 }  // namespace
 
-std::string_view to_string(Variant v) noexcept { return variant_name(static_cast<std::uint8_t>(v)); }
-
-std::string_view variant_name(std::uint8_t index) noexcept {
-  return index < kVariantCount ? kVariantNames[index] : "unknown algorithm";
+std::string_view to_string(Variant v) noexcept {
+  return algorithm_name(static_cast<std::uint8_t>(v));
 }
 
 Algorithm family(Variant v) noexcept {
@@ -47,18 +40,6 @@ Algorithm family(Variant v) noexcept {
     case Variant::recursive_doubling: return Algorithm::recursive_doubling;
   }
   return Algorithm::automatic;
-}
-
-AllreduceFunction allreduce_function(Variant v) noexcept {
-  switch (v) {
-    case Variant::ring: return ring_allreduce;
-    case Variant::tree: return tree_allreduce;
-    case Variant::direct_one_shot: return direct_one_shot_allreduce;
-    case Variant::direct_two_shot: return direct_two_shot_allreduce;
-    case Variant::halving_doubling: return halving_doubling_allreduce;
-    case Variant::recursive_doubling: return recursive_doubling_allreduce;
-  }
-  return nullptr;
 }
 
 double predicted_seconds(Variant v, const CostModel& m, std::size_t bytes, int ranks) {
@@ -169,7 +150,7 @@ void write_tuning(const std::string& path, const Tuning& tuning) {
   if (tuning.model && tuning.model->calibrated)
     for (int v = 0; v < kVariantCount; ++v)
     {
-      out << "line " << kVariantNames[v];
+      out << "line " << to_string(static_cast<Variant>(v));
       for (double x : tuning.model->measured[v]) out << fmt::format(" {:.6g}", x);
       out << "\n";
     }
@@ -318,11 +299,11 @@ CostModel probe_cost_model(const Collective& c, bool with_call_check) {
                                           static_cast<std::uint8_t>(DataType::float32),
                                           static_cast<std::uint8_t>(ReduceOp::sum),
                                           static_cast<std::uint8_t>(v), -1, count, 0};
-            check.emplace(one, signature, variant_name);
+            check.emplace(one, signature, algorithm_name);
             one.check = &*check;
           }
-          allreduce_function(static_cast<Variant>(v))(one, out.data(), in.data(), count,
-                                                      DataType::float32, ReduceOp::sum);
+          registry()[static_cast<std::size_t>(v)].run(
+              one, {.send = out.data(), .recv = in.data(), .count = count});
           if (check) check->finish(one.deadline);
         }
         if (round >= 0)

@@ -29,6 +29,8 @@
 
 namespace chorus::coll {
 
+// AllReduce's rows of the registry (coll/registry.hpp), by id: the cost
+// model's arrays are indexed by them.
 enum class Variant : std::uint8_t {
   ring,
   tree,
@@ -40,13 +42,8 @@ enum class Variant : std::uint8_t {
 inline constexpr int kVariantCount = 6;
 
 std::string_view to_string(Variant v) noexcept;
-// Names for messages; an index from a peer may be anything.
-std::string_view variant_name(std::uint8_t index) noexcept;
+// The public Algorithm a variant belongs to (the counters' index).
 Algorithm family(Variant v) noexcept;
-
-using AllreduceFunction = void (*)(const Collective&, const void* send, void* recv,
-                                   std::size_t count, DataType, ReduceOp);
-AllreduceFunction allreduce_function(Variant v) noexcept;
 
 struct CostModel {
   double alpha = 0, beta = 0, gamma = 0;

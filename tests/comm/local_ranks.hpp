@@ -2,7 +2,7 @@
 // threads over the local transport) and collects what each rank threw.
 #pragma once
 
-#include "api/communicator_impl.hpp"
+#include "core/engine.hpp"
 #include "transport/local/local_transport.hpp"
 
 #include <functional>

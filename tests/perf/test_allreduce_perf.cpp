@@ -165,7 +165,7 @@ TEST(Options, ShortLongAndAttachedFormsAndSuffixes) {
   EXPECT_EQ(o.types, std::vector<DataType>{DataType::bfloat16});
   EXPECT_EQ(o.ops.size(), 5u);
   EXPECT_EQ(o.algorithms.size(), 6u);
-  EXPECT_EQ(o.algorithms.back(), Algorithm::automatic);
+  EXPECT_EQ(o.algorithms.back(), "auto");
   EXPECT_EQ(o.transport, "tcp");
   EXPECT_EQ(o.np, 3);
   EXPECT_EQ(o.check, 0);
@@ -183,6 +183,23 @@ TEST(Options, SweepSizesByFactorAndByStep) {
   EXPECT_EQ(parse({"-b", "1K", "-e", "3K", "-i", "1K"}).sizes(),
             (std::vector<std::size_t>{1024, 2048, 3072}));
   EXPECT_EQ(parse({"-b", "0", "-e", "0"}).sizes(), (std::vector<std::size_t>{0}));
+}
+
+TEST(Options, AlgoTakesTheAlgorithmsOfTheProgramsCollective) {
+  EXPECT_EQ(parse({"-A", "bruck"}, PerfCollective::allgather).algorithms,
+            std::vector<std::string>{"bruck"});
+  EXPECT_EQ(parse({"-A", "all"}, PerfCollective::alltoall).algorithms,
+            (std::vector<std::string>{"bruck", "pairwise", "auto"}));
+  EXPECT_EQ(parse({"-A", "all"}, PerfCollective::allreduce).algorithms,
+            (std::vector<std::string>{"ring", "tree", "direct", "halving_doubling",
+                                      "recursive_doubling", "auto"}));
+  try {
+    parse({"-A", "bruck"}, PerfCollective::allreduce);
+    ADD_FAILURE() << "allreduce has no bruck";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("(the algorithms of allreduce)"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Options, BadInputNamesWhatIsWrong) {

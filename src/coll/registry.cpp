@@ -1,0 +1,261 @@
+#include "coll/registry.hpp"
+
+#include "coll/direct.hpp"
+#include "coll/halving_doubling.hpp"
+#include "coll/recursive_doubling.hpp"
+#include "coll/ring.hpp"
+#include "coll/selector.hpp"
+#include "coll/tree.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <iterator>
+#include <vector>
+
+namespace chorus::coll {
+namespace {
+
+using K = CollectiveKind;
+
+bool any_p(int) { return true; }
+bool power_of_two(int p) { return p > 0 && (p & (p - 1)) == 0; }
+bool never(std::size_t, int) { return false; }
+
+// ---- the thresholds of the automatic choice (measured at p = 4; docs/tuning.md)
+
+// Below this many bytes per rank Bruck's fewer steps win over the ring's
+// fewer copies.
+bool allgather_bruck_preferred(std::size_t block_bytes, int p) {
+  return p > 2 && block_bytes < 32 * 1024;
+}
+// From 4 ranks, while a rank sends at most 16 KiB in all (also measured at p = 8).
+bool alltoall_bruck_preferred(std::size_t block_bytes, int p) {
+  return p >= 4 && block_bytes <= 16 * 1024 / static_cast<std::size_t>(p);
+}
+// From here every link carrying the buffer once beats log2(p) whole copies.
+bool broadcast_chain_preferred(std::size_t bytes, int p) { return p > 2 && bytes >= 256 * 1024; }
+// From here the shared reduction and (p - 1) / p traffic beat the tree's fewer steps.
+bool reduce_scatter_gather_preferred(std::size_t bytes, int p) {
+  return p > 2 && bytes >= 1024 * 1024;
+}
+// While the whole input is below this, log2(p) steps beat the ring's p - 1.
+bool reduce_scatter_halving_preferred(std::size_t total_bytes, int p) {
+  return p > 2 && total_bytes < 64 * 1024;
+}
+
+// ---- how each row runs a call
+
+template <void (*Algorithm)(const Collective&, const void*, void*, std::size_t, DataType, ReduceOp)>
+void allreduce(const Collective& c, const Operands& o) {
+  Algorithm(c, o.send, o.recv, o.count, o.type, o.op);
+}
+
+std::vector<std::size_t> equal_counts(const Collective& c, std::size_t count) {
+  return std::vector<std::size_t>(static_cast<std::size_t>(c.transport.size()), count);
+}
+
+constexpr AlgorithmRow kRows[] = {
+    // AllReduce, in Variant order; chosen by the cost model (selector.hpp).
+    {0, K::allreduce, "ring", "ring", "reduce-scatter + allgather around a ring, pipelined", any_p,
+     never, allreduce<ring_allreduce>},
+    {1, K::allreduce, "tree", "tree", "double binary tree, pipelined", any_p, never,
+     allreduce<tree_allreduce>},
+    {2, K::allreduce, "direct_one_shot", "direct", "every rank sends its whole buffer to all",
+     any_p, never, allreduce<direct_one_shot_allreduce>},
+    {3, K::allreduce, "direct_two_shot", "direct",
+     "all-to-all reduce-scatter, then all-to-all allgather", any_p, never,
+     allreduce<direct_two_shot_allreduce>},
+    {4, K::allreduce, "halving_doubling", "halving_doubling",
+     "recursive halving + doubling (Rabenseifner), odd ranks folded", any_p, never,
+     allreduce<halving_doubling_allreduce>},
+    {5, K::allreduce, "recursive_doubling", "recursive_doubling",
+     "pairwise exchange of the whole buffer, log2 p steps", any_p, never,
+     allreduce<recursive_doubling_allreduce>},
+
+    {6, K::broadcast, "chain", "chain", "segments passed along the ring from the root", any_p,
+     broadcast_chain_preferred,
+     [](const Collective& c, const Operands& o) {
+       broadcast_chain(c, o.recv, o.count, o.type, o.root);
+     }},
+    {7, K::broadcast, "binomial_tree", "binomial_tree", "binomial tree of the whole buffer",
+     any_p, never,
+     [](const Collective& c, const Operands& o) {
+       broadcast_binomial(c, o.recv, o.count, o.type, o.root);
+     }},
+
+    {8, K::reduce, "reduce_scatter_gather", "reduce_scatter_gather",
+     "ring reduce-scatter, then a gather at the root", any_p, reduce_scatter_gather_preferred,
+     [](const Collective& c, const Operands& o) {
+       reduce_scatter_gather(c, o.send, o.recv, o.count, o.type, o.op, o.root);
+     }},
+    {9, K::reduce, "binomial_tree", "binomial_tree", "binomial tree towards the root, segmented",
+     any_p, never,
+     [](const Collective& c, const Operands& o) {
+       reduce_binomial(c, o.send, o.recv, o.count, o.type, o.op, o.root);
+     }},
+
+    {10, K::allgather, "bruck", "bruck", "Bruck: ceil(log2 p) steps of growing block sets",
+     any_p, allgather_bruck_preferred,
+     [](const Collective& c, const Operands& o) {
+       allgather_bruck(c, o.send, o.recv, o.count, o.type);
+     }},
+    {11, K::allgather, "ring", "ring", "each block passed once around the ring", any_p, never,
+     [](const Collective& c, const Operands& o) {
+       allgatherv(c, o.send, o.recv, BlockLayout::uniform(c.transport.size(), o.count), o.type);
+     }},
+
+    {12, K::reduce_scatter, "recursive_halving", "recursive_halving",
+     "recursive halving: log2 p steps (p a power of two)", power_of_two,
+     reduce_scatter_halving_preferred,
+     [](const Collective& c, const Operands& o) {
+       reduce_scatter_halving(c, o.send, o.recv, equal_counts(c, o.count), o.type, o.op);
+     }},
+    {13, K::reduce_scatter, "ring", "ring", "partial sums passed around the ring", any_p, never,
+     [](const Collective& c, const Operands& o) {
+       reduce_scatter_ring(c, o.send, o.recv, equal_counts(c, o.count), o.type, o.op);
+     }},
+
+    {14, K::alltoall, "bruck", "bruck", "Bruck: ceil(log2 p) steps, blocks packed per step",
+     any_p, alltoall_bruck_preferred,
+     [](const Collective& c, const Operands& o) {
+       alltoall_bruck(c, o.send, o.recv, o.count, o.type);
+     }},
+    {15, K::alltoall, "pairwise", "pairwise", "every pair exchanges once, all posted at once",
+     any_p, never,
+     [](const Collective& c, const Operands& o) {
+       alltoall_pairwise(c, o.send, o.recv, o.count, o.type);
+     }},
+
+    {16, K::barrier, "dissemination", "dissemination", "ceil(log2 p) rounds of empty messages",
+     any_p, never, [](const Collective& c, const Operands&) { barrier(c); }},
+
+    {17, K::allgatherv, "ring", "ring", "each block passed once around the ring", any_p, never,
+     [](const Collective& c, const Operands& o) {
+       allgatherv(c, o.send, o.recv, o.recv_blocks, o.type);
+     }},
+
+    {18, K::reduce_scatter_v, "recursive_halving", "recursive_halving",
+     "recursive halving: log2 p steps (p a power of two)", power_of_two,
+     reduce_scatter_halving_preferred,
+     [](const Collective& c, const Operands& o) {
+       reduce_scatter_halving(c, o.send, o.recv, o.recv_blocks.counts, o.type, o.op);
+     }},
+    {19, K::reduce_scatter_v, "ring", "ring", "partial sums passed around the ring", any_p, never,
+     [](const Collective& c, const Operands& o) {
+       reduce_scatter_ring(c, o.send, o.recv, o.recv_blocks.counts, o.type, o.op);
+     }},
+
+    {20, K::alltoallv, "pairwise", "pairwise", "every pair exchanges once, all posted at once",
+     any_p, never,
+     [](const Collective& c, const Operands& o) {
+       alltoallv(c, o.send, o.send_blocks, o.recv, o.recv_blocks, o.type);
+     }},
+
+    {21, K::gather, "linear", "linear", "the root receives from every rank at once", any_p, never,
+     [](const Collective& c, const Operands& o) {
+       gatherv(c, o.send, o.count, o.recv, o.recv_blocks, o.type, o.root);
+     }},
+    {22, K::gatherv, "linear", "linear", "the root receives from every rank at once", any_p, never,
+     [](const Collective& c, const Operands& o) {
+       gatherv(c, o.send, o.count, o.recv, o.recv_blocks, o.type, o.root);
+     }},
+    {23, K::scatter, "linear", "linear", "the root sends to every rank at once", any_p, never,
+     [](const Collective& c, const Operands& o) {
+       scatterv(c, o.send, o.send_blocks, o.recv, o.count, o.type, o.root);
+     }},
+    {24, K::scatterv, "linear", "linear", "the root sends to every rank at once", any_p, never,
+     [](const Collective& c, const Operands& o) {
+       scatterv(c, o.send, o.send_blocks, o.recv, o.count, o.type, o.root);
+     }},
+};
+
+constexpr bool ids_are_indices_and_kinds_in_order() {
+  for (std::size_t i = 0; i < std::size(kRows); ++i)
+    if (kRows[i].id != i || (i > 0 && kRows[i].kind < kRows[i - 1].kind)) return false;
+  return true;
+}
+static_assert(ids_are_indices_and_kinds_in_order(),
+              "a row's id is its index, and a collective's rows are contiguous");
+static_assert(kRows[static_cast<int>(Variant::direct_two_shot)].name == "direct_two_shot" &&
+                  kRows[static_cast<int>(Variant::recursive_doubling)].name == "recursive_doubling",
+              "AllReduce's rows are in Variant order");
+
+}  // namespace
+
+std::span<const AlgorithmRow> registry() noexcept { return kRows; }
+
+std::span<const AlgorithmRow> rows_of(CollectiveKind kind) noexcept {
+  const auto* first = std::find_if(std::begin(kRows), std::end(kRows),
+                                   [&](const AlgorithmRow& r) { return r.kind == kind; });
+  const auto* last = std::find_if(first, std::end(kRows),
+                                  [&](const AlgorithmRow& r) { return r.kind != kind; });
+  return {first, last};
+}
+
+const AlgorithmRow* find_row(CollectiveKind kind, std::string_view name) noexcept {
+  for (const AlgorithmRow& row : rows_of(kind))
+    if (row.name == name || row.family == name) return &row;
+  return nullptr;
+}
+
+std::string_view algorithm_name(std::uint8_t id) noexcept {
+  return id < std::size(kRows) ? kRows[id].name : "unknown algorithm";
+}
+
+std::string names_of(CollectiveKind kind) {
+  std::vector<std::string_view> names{"auto"};
+  for (const AlgorithmRow& row : rows_of(kind)) {
+    if (row.family != row.name && std::find(names.begin(), names.end(), row.family) == names.end())
+      names.push_back(row.family);
+    names.push_back(row.name);
+  }
+  return fmt::format("{}", fmt::join(names, ", "));
+}
+
+std::size_t choice_bytes(CollectiveKind kind, const Operands& o, int p) noexcept {
+  const std::size_t bytes = o.count * size_of(o.type);
+  return kind == CollectiveKind::reduce_scatter ? bytes * static_cast<std::size_t>(p) : bytes;
+}
+
+AlgorithmChoice choose_algorithm(CollectiveKind kind, std::string_view forced, std::size_t bytes,
+                                 int p, const Selector& allreduce_selector) {
+  const AlgorithmRow* row = nullptr;
+  if (!forced.empty() && forced != "auto") {
+    row = find_row(kind, forced);
+    if (row == nullptr)
+      throw Error(ErrorCode::invalid_argument,
+                  fmt::format("{}: no algorithm '{}' (it has: {})", to_string(kind), forced,
+                              names_of(kind)));
+    if (!row->runs_on(p))
+      throw Error(ErrorCode::invalid_argument,
+                  fmt::format("{}: algorithm {} cannot run on {} ranks ({})", to_string(kind),
+                              row->name, p, row->summary));
+  }
+  if (kind == CollectiveKind::allreduce) {
+    // A family is compared among its own rows by the cost model; a single
+    // row of a family ("direct_one_shot") is taken as it is.
+    Algorithm requested = Algorithm::automatic;
+    if (row != nullptr) requested = parse_algorithm(row->family).value_or(Algorithm::automatic);
+    if (row != nullptr && forced != row->family) {
+      const auto variant = static_cast<Variant>(row->id);
+      return {row, predicted_seconds(variant, allreduce_selector.model(), bytes, p), "forced"};
+    }
+    const Choice c = allreduce_selector.choose(requested, bytes, p);
+    return {&kRows[static_cast<std::size_t>(c.variant)], c.predicted_seconds, c.reason};
+  }
+  if (row != nullptr) return {row, 0, "forced"};
+  const auto rows = rows_of(kind);
+  const AlgorithmRow* fallback = nullptr;
+  for (const AlgorithmRow& r : rows) {
+    if (!r.runs_on(p)) continue;
+    if (r.preferred(bytes, p)) return {&r, 0, rows.size() == 1 ? "only one" : "threshold"};
+    fallback = &r;
+  }
+  if (fallback == nullptr)
+    throw Error(ErrorCode::internal,
+                fmt::format("{}: no algorithm runs on {} ranks", to_string(kind), p));
+  return {fallback, 0, rows.size() == 1 ? "only one" : "threshold"};
+}
+
+}  // namespace chorus::coll

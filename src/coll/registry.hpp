@@ -1,0 +1,92 @@
+// Every algorithm of every collective, one row each, and the one place where
+// a call's algorithm is chosen.
+//
+// A row names an algorithm (the name users force it by: CHORUS_ALGO,
+// Options::algorithms, CallOptions::algorithm_name, perf tools' -A), says on
+// which rank counts it can run, when the automatic choice prefers it, and
+// how to run it. Rows of one collective are contiguous and their order is
+// the order of preference; a row's index in the table is its id, carried in
+// the call signature so that ranks running different algorithms are told
+// so. AllReduce's rows come first, in coll::Variant order, and AllReduce is
+// chosen by its measured cost model (coll/selector.hpp) instead of the
+// rows' `preferred` thresholds.
+//
+// Adding an algorithm: its file in coll/, and its row (with the declaration
+// of its function) in registry.cpp. Nothing else names it.
+#pragma once
+
+#include "coll/call_check.hpp"
+#include "coll/collectives.hpp"
+
+#include <chorus/algorithm.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+namespace chorus::coll {
+
+class Selector;
+
+// One call's buffers and arguments as the algorithms read them, checked by
+// the communicator before anything is sent (see core/arguments.hpp for what
+// `count` and the layouts mean per collective).
+struct Operands {
+  const void* send = nullptr;
+  void* recv = nullptr;
+  std::size_t count = 0;
+  DataType type = DataType::float32;
+  ReduceOp op = ReduceOp::sum;
+  int root = -1;
+  BlockLayout send_blocks, recv_blocks;  // v-forms (gatherv's and scatterv's at the root)
+};
+
+using AlgorithmId = std::uint8_t;
+
+struct AlgorithmRow {
+  AlgorithmId id;
+  CollectiveKind kind;
+  std::string_view name;
+  // Forcing by this name takes the cheapest of the rows sharing it
+  // (AllReduce's "direct": one-shot or two-shot); usually the name itself.
+  std::string_view family;
+  std::string_view summary;  // one line, for --help and docs
+  // Whether it runs on p ranks; forcing it where it cannot is an error.
+  bool (*runs_on)(int p);
+  // The automatic choice takes the first eligible row that prefers a call
+  // of `bytes` (choice_bytes()) on p ranks, else the last eligible row.
+  // Thresholds measured at p = 4 (docs/tuning.md). Unused for AllReduce.
+  bool (*preferred)(std::size_t bytes, int p);
+  void (*run)(const Collective& c, const Operands& operands);
+};
+
+// All rows, by id.
+std::span<const AlgorithmRow> registry() noexcept;
+// The rows of one collective, in order of preference.
+std::span<const AlgorithmRow> rows_of(CollectiveKind kind) noexcept;
+// The row whose name or family is `name` (the first of a family), or null.
+const AlgorithmRow* find_row(CollectiveKind kind, std::string_view name) noexcept;
+// "ring"; "unknown algorithm" for an id no row has (a peer's byte may be anything).
+std::string_view algorithm_name(std::uint8_t id) noexcept;
+// "ring, bruck": the names forcing accepts for `kind`, for error messages.
+std::string names_of(CollectiveKind kind);
+
+// The size the thresholds speak of: AllReduce's, broadcast's and reduce's
+// buffer; allgather's and alltoall's block per rank; reduce_scatter's whole
+// input (all blocks).
+std::size_t choice_bytes(CollectiveKind kind, const Operands& operands, int p) noexcept;
+
+struct AlgorithmChoice {
+  const AlgorithmRow* row;
+  double predicted_seconds;  // AllReduce only (0 for the others)
+  const char* reason;        // "forced", "tuning file", "cost model", "threshold", "only one"
+};
+// What runs a call: `forced` (a name or family of `kind`'s rows; empty or
+// "auto" for the automatic choice). AllReduce asks `allreduce_selector`.
+// Throws Error(invalid_argument) for an unknown name, and for a forced row
+// that cannot run on p ranks, naming both.
+AlgorithmChoice choose_algorithm(CollectiveKind kind, std::string_view forced, std::size_t bytes,
+                                 int p, const Selector& allreduce_selector);
+
+}  // namespace chorus::coll

@@ -1,0 +1,49 @@
+// Every CHORUS_* environment variable, in one table: its name, default and
+// meaning. Every layer reads its variables through get() and nowhere else,
+// so this table is the whole list; docs/tuning.md's table documents the same
+// names (a test keeps the two equal), and `chorus_store_server --env`
+// prints this one.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace chorus::config {
+
+enum class Variable {
+  algo,
+  check,
+  debug,
+  mpi_min_bytes,
+  mpi_verbose,
+  rank,
+  simd,
+  size,
+  socket_addr,
+  socket_buffer,
+  socket_ifname,
+  spin_us,
+  store,
+  timeout,
+  transport,
+  tuning_file,
+  ucx_cma,
+};
+
+struct VariableInfo {
+  Variable variable;
+  std::string_view name;          // "CHORUS_ALGO"
+  std::string_view default_value;  // as the reader treats an unset variable
+  std::string_view meaning;       // one line
+};
+
+std::span<const VariableInfo> variables() noexcept;
+const VariableInfo& info(Variable variable) noexcept;
+std::string_view name(Variable variable) noexcept;
+
+// The variable's value, or nullopt when it is unset or empty.
+std::optional<std::string> get(Variable variable);
+
+}  // namespace chorus::config

@@ -1,0 +1,344 @@
+#include "core/engine.hpp"
+
+#include "bootstrap/launch.hpp"
+#include "common/config.hpp"
+#include "common/logging.hpp"
+
+#include <fmt/format.h>
+
+#include <bit>
+
+namespace chorus {
+namespace {
+
+double us(double seconds) { return seconds * 1e6; }
+
+// "allgather=bruck,allreduce=ring", or a bare AllReduce name ("ring"), as
+// CHORUS_ALGO and Options::algorithms spell it; every name is checked
+// against the registry. `where` names the source in errors.
+AlgorithmNames parse_algorithm_names(std::string_view text, std::string_view where) {
+  AlgorithmNames names;
+  auto bad = [&](const std::string& why) {
+    return Error(ErrorCode::invalid_argument, fmt::format("{}='{}': {}", where, text, why));
+  };
+  while (!text.empty()) {
+    const std::size_t comma = text.find(',');
+    std::string_view entry = text.substr(0, comma);
+    text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
+    auto kind = coll::CollectiveKind::allreduce;
+    const std::size_t equals = entry.find('=');
+    if (equals != std::string_view::npos) {
+      const std::string_view collective = entry.substr(0, equals);
+      entry = entry.substr(equals + 1);
+      bool found = false;
+      for (int k = 0; k < coll::kCollectiveKinds && !found; ++k)
+        if (coll::to_string(static_cast<coll::CollectiveKind>(k)) == collective) {
+          kind = static_cast<coll::CollectiveKind>(k);
+          found = true;
+        }
+      if (!found) throw bad(fmt::format("'{}' is not a collective", collective));
+    }
+    if (entry.empty()) throw bad("an entry names no algorithm");
+    if (entry == "automatic") entry = "auto";
+    if (entry != "auto" && coll::find_row(kind, entry) == nullptr)
+      throw bad(fmt::format("'{}' is not one of {} (the algorithms of {})", entry,
+                            coll::names_of(kind), coll::to_string(kind)));
+    names[static_cast<std::size_t>(kind)] = entry == "auto" ? "" : std::string(entry);
+  }
+  return names;
+}
+
+// CHORUS_CHECK=0 turns the call check off (1, the default, keeps it).
+bool check_from_env() {
+  const auto value = config::get(config::Variable::check);
+  if (!value || *value == "1") return true;
+  if (*value == "0") return false;
+  throw Error(ErrorCode::invalid_argument, fmt::format("CHORUS_CHECK='{}' is not 0 or 1", *value));
+}
+
+}  // namespace
+
+void Work::State::finish(std::optional<Error> e) {
+  {
+    std::lock_guard lock(mutex);
+    error = std::move(e);
+    done = true;
+  }
+  done_cv.notify_all();
+}
+
+Communicator::Impl::Impl(std::unique_ptr<transport::Transport> t,
+                         std::unique_ptr<bootstrap::Store> s, const Options& given,
+                         const coll::CostModel* inherited, bool split)
+    : store(std::move(s)), transport(std::move(t)), options(given) {
+  timeout_seconds = options.timeout ? options.timeout->count() : bootstrap::timeout_seconds();
+  if (!(timeout_seconds > 0))
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("timeout {} s: must be positive", timeout_seconds));
+  options.timeout = std::chrono::duration<double>(timeout_seconds);
+  if (!is_valid(options.algorithm))
+    throw Error(ErrorCode::invalid_argument, "Options::algorithm is not an Algorithm");
+  if (options.algorithm != Algorithm::automatic)
+    communicator_choice[0] = std::string(to_string(options.algorithm));
+  const AlgorithmNames per_collective =
+      parse_algorithm_names(options.algorithms, "Options::algorithms");
+  for (std::size_t k = 0; k < per_collective.size(); ++k)
+    if (!per_collective[k].empty()) communicator_choice[k] = per_collective[k];
+  forced_by_env = parse_algorithm_names(config::get(config::Variable::algo).value_or(""),
+                                        config::name(config::Variable::algo));
+  coll::Tuning tuning;
+  if (const auto path = config::get(config::Variable::tuning_file)) tuning = coll::read_tuning(*path);
+  check_calls = check_from_env();
+  // Threads share the log; a split communicator's rank is not the process's.
+  if (transport->name() != "local" && !split) log::set_rank(transport->rank());
+
+  // Every rank probes (so that ranks with and without a tuning file still
+  // meet); a tuning file's model, when it has one, replaces the probe's.
+  coll::CostModel model;
+  std::string source = "parent communicator";
+  if (inherited) {
+    model = *inherited;
+  } else {
+    coll::Collective probe{*transport, 0, transport::deadline_after(timeout_seconds), nullptr,
+                           &abort_requested, &scratch};
+    const auto start = transport::Clock::now();
+    model = coll::probe_cost_model(probe, check_calls);
+    source = fmt::format("probe, {:.0f} ms",
+                         std::chrono::duration<double, std::milli>(transport::Clock::now() - start)
+                             .count());
+  }
+  if (tuning.model) {
+    model = *tuning.model;
+    source = "tuning file";
+  }
+  const std::string& allreduce_forced = forced_by_env[0].empty() ? communicator_choice[0] : forced_by_env[0];
+  log::info("communicator: rank {} of {} over {}; cost model ({}): alpha {:.2f} us, overhead "
+            "{:.2f} us, beta {:.3f} GB/s, gamma {:.3f} GB/s; allreduce algorithm {}{}",
+            transport->rank(), transport->size(), transport->name(), source, us(model.alpha),
+            us(model.overhead), model.beta > 0 ? 1e-9 / model.beta : 0.0,
+            model.gamma > 0 ? 1e-9 / model.gamma : 0.0,
+            allreduce_forced.empty() ? "auto" : allreduce_forced,
+            forced_by_env[0].empty() ? "" : " (CHORUS_ALGO)");
+  selector = std::make_unique<coll::Selector>(model, std::move(tuning));
+}
+
+Communicator::Impl::~Impl() {
+  {
+    std::lock_guard lock(queue_mutex);
+    stopping = true;
+  }
+  queue_cv.notify_all();
+  if (worker.joinable()) worker.join();  // runs what is queued first
+}
+
+coll::AlgorithmChoice Communicator::Impl::choose(coll::CollectiveKind kind,
+                                                 std::string_view requested,
+                                                 std::size_t bytes) const {
+  const auto k = static_cast<std::size_t>(kind);
+  std::string_view name = forced_by_env[k];
+  if (name.empty() && !requested.empty() && requested != "auto") name = requested;
+  if (name.empty()) name = communicator_choice[k];
+  return coll::choose_algorithm(kind, name, bytes, transport->size(), *selector);
+}
+
+core::Call Communicator::Impl::make_call(coll::CollectiveKind kind, const core::CallArgs& args,
+                                         const CallOptions& options) {
+  const std::string_view name = coll::to_string(kind);
+  if (!is_valid(options.algorithm))
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("{}: algorithm {} is not a chorus::Algorithm", name,
+                            static_cast<int>(options.algorithm)));
+  if (options.algorithm != Algorithm::automatic && kind != coll::CollectiveKind::allreduce)
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("{}: CallOptions::algorithm = {} names an AllReduce algorithm; other "
+                            "collectives take CallOptions::algorithm_name",
+                            name, to_string(options.algorithm)));
+  core::Call call;
+  call.kind = kind;
+  call.operands = core::check_arguments(kind, args, transport->rank(), transport->size(),
+                                        call.signature);
+  const std::string_view requested = !options.algorithm_name.empty() ? options.algorithm_name
+                                     : options.algorithm != Algorithm::automatic
+                                         ? to_string(options.algorithm)
+                                         : std::string_view{};
+  const coll::AlgorithmChoice choice =
+      choose(kind, requested, coll::choice_bytes(kind, call.operands, transport->size()));
+  call.algorithm = choice.row;
+  call.signature.algorithm = choice.row->id;
+  if (log::enabled(log::Level::info)) log_choice(call, choice);
+  return call;
+}
+
+void Communicator::Impl::log_choice(const core::Call& call, const coll::AlgorithmChoice& choice) {
+  const int p = transport->size();
+  const std::size_t bytes = coll::choice_bytes(call.kind, call.operands, p);
+  const int size_class = static_cast<int>(std::bit_width(bytes));
+  std::lock_guard lock(submit_mutex);
+  if (!logged_choices.emplace(static_cast<int>(call.kind), size_class, choice.row->id).second)
+    return;
+  std::string prices;
+  if (call.kind == coll::CollectiveKind::allreduce) {
+    prices = fmt::format(", predicted {:.1f} us (others, us:", us(choice.predicted_seconds));
+    for (const coll::AlgorithmRow& row : coll::rows_of(coll::CollectiveKind::allreduce))
+      if (&row != choice.row)
+        prices += fmt::format(" {} {:.1f}", row.name,
+                              us(coll::predicted_seconds(static_cast<coll::Variant>(row.id),
+                                                         selector->model(), bytes, p)));
+    prices += ")";
+  }
+  log::info("{} of {} bytes on {} ranks (size class {}): {} by {}{}", coll::to_string(call.kind),
+            bytes, p, size_class, choice.row->name, choice.reason, prices);
+}
+
+std::string Communicator::Impl::describe(const core::Call& call) const {
+  return fmt::format("rank {}: call #{}, {},", transport->rank(), call.sequence,
+                     coll::describe(call.signature, coll::algorithm_name(call.signature.algorithm)));
+}
+
+Error Communicator::Impl::poisoned_error() const {
+  std::lock_guard lock(error_mutex);
+  return Error(first_error->code(), "the communicator is unusable after an earlier error: " +
+                                        std::string(first_error->what()));
+}
+
+std::optional<Error> Communicator::Impl::error() const {
+  std::lock_guard lock(error_mutex);
+  return first_error;
+}
+
+Counters Communicator::Impl::counters() const {
+  std::lock_guard lock(counters_mutex);
+  return counters_;
+}
+
+void Communicator::Impl::run(const core::Call& call) {
+  std::lock_guard run_lock(run_mutex);
+  if (poisoned.load()) throw poisoned_error();
+  const auto deadline = transport::deadline_after(timeout_seconds);
+  coll::Collective c{*transport, call.sequence, deadline, nullptr, &abort_requested, &scratch};
+  // Declared outside the try: its posted receive must not outlive its
+  // buffer, and the transport is aborted in the catch before it goes.
+  std::optional<coll::CallCheck> check;
+  const auto start = transport::Clock::now();
+  try {
+    if (check_calls) {
+      check.emplace(c, call.signature, coll::algorithm_name);
+      c.check = &*check;
+    }
+    call.algorithm->run(c, call.operands);
+    if (check) {
+      try {
+        check->finish(deadline);
+      } catch (const Error& e) {
+        c.fail(e);
+      }
+    }
+  } catch (const std::exception& e) {
+    const auto* error = dynamic_cast<const Error*>(&e);
+    const ErrorCode code = error ? error->code() : ErrorCode::internal;
+    Error failure(code, fmt::format("{} failed: {}", describe(call), e.what()));
+    {
+      std::lock_guard lock(error_mutex);
+      if (!first_error) first_error = failure;
+      poisoned.store(true);
+    }
+    log::warn("{}", failure.what());
+    transport->abort(failure.what());  // again is harmless; ends what a bare throw left
+    throw failure;
+  }
+  const double seconds = std::chrono::duration<double>(transport::Clock::now() - start).count();
+  std::lock_guard lock(counters_mutex);
+  auto add = [&](Counters::Entry& e) {
+    e.calls += 1;
+    e.bytes += call.operands.count * size_of(call.operands.type);
+    e.seconds += seconds;
+  };
+  add(counters_.total);
+  if (call.kind == coll::CollectiveKind::allreduce)
+    add(counters_.by_algorithm[static_cast<std::size_t>(
+        coll::family(static_cast<coll::Variant>(call.algorithm->id)))]);
+}
+
+void Communicator::Impl::submit(const core::Call& prepared) {
+  std::lock_guard submit(submit_mutex);
+  if (poisoned.load()) throw poisoned_error();
+  core::Call call = prepared;
+  call.sequence = next_sequence++;
+  {
+    std::unique_lock queue_lock(queue_mutex);  // earlier async calls run first
+    queue_cv.wait(queue_lock, [&] { return queue.empty() && !worker_busy; });
+  }
+  run(call);
+}
+
+Work Communicator::Impl::submit_async(const core::Call& prepared) {
+  auto state = std::make_shared<Work::State>();
+  std::lock_guard submit(submit_mutex);
+  if (poisoned.load()) {
+    state->finish(poisoned_error());
+    return Work(state);
+  }
+  core::Call call = prepared;
+  call.sequence = next_sequence++;
+  {
+    std::lock_guard queue_lock(queue_mutex);
+    if (!worker.joinable()) worker = std::thread([this] { worker_loop(); });
+    queue.emplace_back(call, state);
+  }
+  queue_cv.notify_all();
+  return Work(state);
+}
+
+void Communicator::Impl::worker_loop() {
+  std::unique_lock lock(queue_mutex);
+  for (;;) {
+    queue_cv.wait(lock, [&] { return stopping || !queue.empty(); });
+    if (queue.empty()) return;  // stopping, and everything queued has run
+    auto [call, state] = std::move(queue.front());
+    queue.pop_front();
+    worker_busy = true;
+    lock.unlock();
+    std::optional<Error> error;
+    try {
+      run(call);
+    } catch (const Error& e) {
+      error = e;
+    } catch (const std::exception& e) {
+      error = Error(ErrorCode::internal, e.what());
+    }
+    state->finish(std::move(error));
+    lock.lock();
+    worker_busy = false;
+    queue_cv.notify_all();
+  }
+}
+
+void Communicator::Impl::abort(const std::string& reason) {
+  const Error aborted(ErrorCode::aborted, fmt::format("rank {}: the communicator was aborted: {}",
+                                                      transport->rank(), reason));
+  {
+    std::lock_guard lock(error_mutex);
+    if (!first_error) first_error = aborted;
+    poisoned.store(true);
+  }
+  abort_requested.store(true);
+  // A running call sees abort_requested within one wake-up (<= 100 ms) and
+  // aborts the transport itself; otherwise it is done here.
+  if (std::unique_lock run_lock(run_mutex, std::try_to_lock); run_lock.owns_lock())
+    transport->abort(reason);
+  std::deque<std::pair<core::Call, std::shared_ptr<Work::State>>> dropped;
+  {
+    std::lock_guard lock(queue_mutex);
+    dropped.swap(queue);
+  }
+  for (auto& [call, state] : dropped) state->finish(aborted);
+  queue_cv.notify_all();
+}
+
+Communicator make_communicator(std::unique_ptr<transport::Transport> transport,
+                               std::unique_ptr<bootstrap::Store> store, const Options& options) {
+  return CommunicatorAccess::make(
+      std::make_unique<Communicator::Impl>(std::move(transport), std::move(store), options));
+}
+
+}  // namespace chorus

@@ -1,0 +1,129 @@
+// The engine behind every Communicator: one per communicator. It numbers
+// calls in order, chooses each call's algorithm (once, through the
+// registry), runs calls on the caller's thread or its async worker, keeps
+// the first error (poisoning), aborts, and counts. The public Communicator
+// methods are shims onto it (src/api/communicator.cpp); argument checks are
+// in core/arguments.cpp, creation in core/create.cpp, split/dup in
+// core/split.cpp.
+//
+// Tools and tests reach it through CommunicatorAccess below; nothing of it
+// is in the public headers.
+#pragma once
+
+#include <chorus/communicator.hpp>
+
+#include "bootstrap/store.hpp"
+#include "coll/call_check.hpp"
+#include "coll/registry.hpp"
+#include "coll/selector.hpp"
+#include "core/call.hpp"
+#include "transport/transport.hpp"
+
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <tuple>
+
+namespace chorus {
+
+struct Work::State {
+  std::mutex mutex;
+  std::condition_variable done_cv;
+  bool done = false;
+  std::optional<Error> error;
+  void finish(std::optional<Error> e);
+};
+
+// A forced algorithm name per collective kind ("" for automatic).
+using AlgorithmNames = std::array<std::string, coll::kCollectiveKinds>;
+
+struct Communicator::Impl {
+  // Creates the communicator over a connected transport and measures the
+  // cost model (collective: every rank at once). `store` is kept for the
+  // communicator's life when this rank serves it.
+  // A communicator split from another of the same size (dup) passes the
+  // parent's `inherited` cost model (same transport, same hosts, same p: the
+  // probe's timings hold); then there is no probe. Any split keeps the log
+  // labelling lines with the process's rank in the parent.
+  Impl(std::unique_ptr<transport::Transport> transport, std::unique_ptr<bootstrap::Store> store,
+       const Options& options, const coll::CostModel* inherited = nullptr, bool split = false);
+  ~Impl();
+
+  // A checked call with its algorithm chosen (invalid arguments throw
+  // Error(invalid_argument)).
+  core::Call make_call(coll::CollectiveKind kind, const core::CallArgs& args,
+                       const CallOptions& options);
+  // What runs a call of `kind` and `bytes` (as coll::choice_bytes counts
+  // them) when the call asks for `requested` ("" or "auto": nothing):
+  // CHORUS_ALGO, else the call's, else the communicator's choice.
+  coll::AlgorithmChoice choose(coll::CollectiveKind kind, std::string_view requested,
+                               std::size_t bytes) const;
+  void submit(const core::Call& call);  // runs it now, in order
+  Work submit_async(const core::Call& call);
+  void abort(const std::string& reason);
+  std::optional<Error> error() const;
+  Counters counters() const;
+  const coll::CostModel& cost_model() const { return selector->model(); }
+
+  std::unique_ptr<bootstrap::Store> store;  // outlives the transport
+  std::unique_ptr<transport::Transport> transport;
+  double timeout_seconds;
+  Options options;  // as resolved: timeout set, algorithms as given (not CHORUS_ALGO)
+
+ private:
+  // Runs one call on the transport; throws (and poisons) on error.
+  void run(const core::Call& call);
+  Error poisoned_error() const;  // "unusable after an earlier error: <the first>"
+  void worker_loop();
+  std::string describe(const core::Call& call) const;
+  void log_choice(const core::Call& call, const coll::AlgorithmChoice& choice);
+
+  AlgorithmNames forced_by_env;   // CHORUS_ALGO: calls cannot override these
+  AlgorithmNames communicator_choice;  // Options::algorithm(s)
+  bool check_calls = true;        // CHORUS_CHECK: run the call check beside every call
+  std::unique_ptr<coll::Selector> selector;
+
+  // Order: sequence numbers are handed out under submit_mutex, in call
+  // order; async calls queue for the worker thread; a blocking call waits
+  // for the queue to drain and runs on the caller's thread.
+  std::mutex submit_mutex;
+  std::uint32_t next_sequence = 1;  // 0 is the probe's
+  std::mutex queue_mutex;
+  std::condition_variable queue_cv;
+  std::deque<std::pair<core::Call, std::shared_ptr<Work::State>>> queue;
+  bool worker_busy = false, stopping = false;
+  std::thread worker;
+  std::mutex run_mutex;   // held while a call uses the transport (and scratch)
+  coll::Scratch scratch;  // the algorithms' temporary buffers, kept between calls
+
+  mutable std::mutex error_mutex;
+  std::optional<Error> first_error;
+  std::atomic<bool> poisoned{false};
+  std::atomic<bool> abort_requested{false};
+
+  mutable std::mutex counters_mutex;
+  Counters counters_;
+  // (kind, size class, algorithm) already logged at INFO; under submit_mutex.
+  std::set<std::tuple<int, int, int>> logged_choices;
+};
+
+// The library's and its tools' way to the engine (the public header only
+// declares it a friend).
+struct CommunicatorAccess {
+  static Communicator make(std::unique_ptr<Communicator::Impl> impl) {
+    return Communicator(std::move(impl));
+  }
+  static Communicator::Impl& engine(Communicator& comm) { return *comm.impl_; }
+  static const Communicator::Impl& engine(const Communicator& comm) { return *comm.impl_; }
+};
+
+// A communicator over a connected transport (tests: over in-process ones).
+Communicator make_communicator(std::unique_ptr<transport::Transport> transport,
+                               std::unique_ptr<bootstrap::Store> store, const Options& options);
+
+}  // namespace chorus
