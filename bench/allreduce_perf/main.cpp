@@ -451,8 +451,6 @@ int run_rank(PerfOptions o) {
 #else
   if (o.mpi) throw UsageError("--mpi: this build has no MPI");
 #endif
-  if (o.collective != PerfCollective::allreduce && !o.tune_file.empty())
-    throw UsageError("--tune writes AllReduce's tuning file: allreduce_perf only");
   if (!o.tune_file.empty() && o.algorithms == std::vector<std::string>{"auto"}) {
     o.algorithms = parse({"-A", "all"}, o.collective).algorithms;
     o.algorithms.pop_back();  // every algorithm, without auto

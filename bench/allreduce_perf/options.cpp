@@ -249,6 +249,8 @@ PerfOptions parse(const std::vector<std::string>& args, PerfCollective collectiv
                                  o.min_bytes, o.max_bytes));
   if (o.step_factor == 1 && o.step_bytes == 0 && o.min_bytes != o.max_bytes)
     throw UsageError("-i/--stepbytes 0 with -f 1 would never reach maxbytes");
+  if (collective != PerfCollective::allreduce && !o.tune_file.empty())
+    throw UsageError("--tune writes AllReduce's tuning file: allreduce_perf only");
   return o;
 }
 

@@ -18,8 +18,9 @@ double us(double seconds) { return seconds * 1e6; }
 // against the registry. `where` names the source in errors.
 AlgorithmNames parse_algorithm_names(std::string_view text, std::string_view where) {
   AlgorithmNames names;
+  const std::string_view whole = text;
   auto bad = [&](const std::string& why) {
-    return Error(ErrorCode::invalid_argument, fmt::format("{}='{}': {}", where, text, why));
+    return Error(ErrorCode::invalid_argument, fmt::format("{}='{}': {}", where, whole, why));
   };
   while (!text.empty()) {
     const std::size_t comma = text.find(',');

@@ -4,7 +4,7 @@
 // (and every op defined on it for the reductions), in place where the API
 // allows it; plus argument errors and a mismatched kind.
 #include "../comm/local_ranks.hpp"
-#include "reduce/float16.hpp"
+#include "reference_values.hpp"
 #include "reduce/reduce.hpp"
 
 #include <chorus/chorus.h>
@@ -25,7 +25,9 @@ namespace chorus {
 namespace {
 
 using testing::run_ranks;
-using Bytes = std::vector<std::byte>;
+using testing::Bytes;
+using testing::reference;
+using testing::values;
 
 const std::vector<int> kRanks = {1, 2, 3, 4, 5, 8, 16};
 // 70001 float32 elements pass the broadcast chain threshold (256 KiB).
@@ -35,43 +37,6 @@ std::vector<DataType> all_types() {
   std::vector<DataType> types;
   for (int t = 0; t < kDataTypeCount; ++t) types.push_back(static_cast<DataType>(t));
   return types;
-}
-
-// Element i of rank r: small integers (exact in every type, sums of up to
-// 64 ranks too); for prod 1 or 2, so that products stay exact or overflow
-// alike in any order.
-Bytes values(DataType type, int r, std::size_t count, ReduceOp op, std::size_t salt = 0) {
-  Bytes out(count * size_of(type));
-  for (std::size_t i = 0; i < count; ++i) {
-    const std::size_t k = i + static_cast<std::size_t>(r) * 3 + salt;
-    const int v = op == ReduceOp::prod ? 1 + static_cast<int>(k % 2) : static_cast<int>(k % 5);
-    std::byte* at = out.data() + i * size_of(type);
-    auto put = [&](auto x) { std::memcpy(at, &x, sizeof x); };
-    switch (type) {
-      case DataType::int8: put(static_cast<std::int8_t>(v)); break;
-      case DataType::uint8: put(static_cast<std::uint8_t>(v)); break;
-      case DataType::int32: put(static_cast<std::int32_t>(v)); break;
-      case DataType::uint32: put(static_cast<std::uint32_t>(v)); break;
-      case DataType::int64: put(static_cast<std::int64_t>(v)); break;
-      case DataType::uint64: put(static_cast<std::uint64_t>(v)); break;
-      case DataType::float16: put(reduce::float_to_float16(static_cast<float>(v))); break;
-      case DataType::bfloat16: put(reduce::float_to_bfloat16(static_cast<float>(v))); break;
-      case DataType::float32: put(static_cast<float>(v)); break;
-      case DataType::float64: put(static_cast<double>(v)); break;
-    }
-  }
-  return out;
-}
-
-// op over ranks 0..p-1 of values(type, r, count, op, salt), in rank order.
-Bytes reference(DataType type, int p, std::size_t count, ReduceOp op, std::size_t salt = 0) {
-  Bytes acc = values(type, 0, count, op, salt);
-  for (int r = 1; r < p; ++r) {
-    const Bytes next = values(type, r, count, op, salt);
-    if (count) reduce::reduce(acc.data(), next.data(), count, type, op);
-  }
-  if (op == ReduceOp::avg && count) reduce::divide(acc.data(), count, type, static_cast<std::size_t>(p));
-  return acc;
 }
 
 void expect_ok(const std::vector<testing::RankOutcome>& outcomes, const std::string& what) {

@@ -343,7 +343,14 @@ TEST(CollectivePerf, ACorruptedResultOfAnyCollectiveIsCounted) {
 }
 
 TEST(CollectivePerf, AlgorithmFlagsAndBadRootsAreRefused) {
-  PerfRun run = run_perf({"--np", "2", "-A", "ring"}, 60, tool("allgather_perf"));
+  // Every collective takes -A, with its own algorithms' names; --tune is AllReduce's.
+  PerfRun run = run_perf({"--np", "2", "-A", "tree"}, 60, tool("allgather_perf"));
+  EXPECT_EQ(run.result.exit_code, 2) << run.text();
+  EXPECT_NE(run.text().find("-A/--algo: 'tree' is not one of auto, bruck, ring, all (the "
+                            "algorithms of allgather)"),
+            std::string::npos)
+      << run.text();
+  run = run_perf({"--np", "2", "--tune", "t.txt"}, 60, tool("allgather_perf"));
   EXPECT_EQ(run.result.exit_code, 2) << run.text();
   EXPECT_NE(run.text().find("allreduce_perf only"), std::string::npos) << run.text();
   run = run_perf({"--np", "2", "-r", "2", "-b", "8", "-e", "8"}, 60, tool("broadcast_perf"));
