@@ -1,4 +1,5 @@
 #include "bootstrap/launch.hpp"
+#include "common/config.hpp"
 
 #include "common/logging.hpp"
 #include "transport/local/local_transport.hpp"
@@ -117,7 +118,7 @@ LaunchInfo launch_info_from_env() {
 
 double timeout_seconds() {
   static const double seconds = [] {
-    const char* env = std::getenv("CHORUS_TIMEOUT");
+    const char* env = config::raw(config::Variable::timeout);
     if (env == nullptr || *env == '\0') return 300.0;
     char* end = nullptr;
     const double v = std::strtod(env, &end);
@@ -139,7 +140,7 @@ TransportKind parse_transport_kind(const std::string& v, std::string_view what) 
 }
 
 TransportKind transport_kind_from_env() {
-  const char* env = std::getenv("CHORUS_TRANSPORT");
+  const char* env = config::raw(config::Variable::transport);
   return parse_transport_kind(env ? env : "", "CHORUS_TRANSPORT");
 }
 

@@ -51,9 +51,13 @@ const VariableInfo& info(Variable variable) noexcept {
 
 std::string_view name(Variable variable) noexcept { return info(variable).name; }
 
+const char* raw(Variable variable) {
+  // The names are literals: their views end in a NUL.
+  return std::getenv(name(variable).data());
+}
+
 std::optional<std::string> get(Variable variable) {
-  const std::string key(name(variable));
-  const char* value = std::getenv(key.c_str());
+  const char* value = raw(variable);
   if (value == nullptr || *value == '\0') return std::nullopt;
   return std::string(value);
 }

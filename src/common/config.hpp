@@ -1,8 +1,10 @@
 // Every CHORUS_* environment variable, in one table: its name, default and
-// meaning. Every layer reads its variables through get() and nowhere else,
-// so this table is the whole list; docs/tuning.md's table documents the same
-// names (a test keeps the two equal), and `chorus_store_server --env`
-// prints this one.
+// meaning. The library reads its variables through get()/raw() and nowhere
+// else (libchorus_pmpi, a separate library, reads its two CHORUS_MPI_*
+// itself; the launcher variables CHORUS_RANK/SIZE/STORE are read with
+// torchrun's, Open MPI's and Slurm's by bootstrap/launch.cpp), so this table
+// is the whole list; docs/tuning.md's table documents the same names, and
+// tests/unit/test_config.cpp keeps the two equal.
 #pragma once
 
 #include <optional>
@@ -45,5 +47,7 @@ std::string_view name(Variable variable) noexcept;
 
 // The variable's value, or nullopt when it is unset or empty.
 std::optional<std::string> get(Variable variable);
+// As getenv returns it: null when unset.
+const char* raw(Variable variable);
 
 }  // namespace chorus::config

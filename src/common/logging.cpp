@@ -1,4 +1,5 @@
 #include "common/logging.hpp"
+#include "common/config.hpp"
 
 #include <unistd.h>
 
@@ -50,7 +51,7 @@ void deliver(std::string_view line) {
 // Reads CHORUS_DEBUG once; a value it does not know is reported, not ignored.
 std::atomic<int>& threshold_storage() {
   static std::atomic<int> level = [] {
-    const char* env = std::getenv("CHORUS_DEBUG");
+    const char* env = config::raw(config::Variable::debug);
     if (env == nullptr || *env == '\0') return static_cast<int>(Level::warn);
     if (auto parsed = parse_level(env)) return static_cast<int>(*parsed);
     deliver(fmt::format("{}CHORUS_DEBUG='{}' is not one of NONE, WARN, INFO, TRACE; using WARN\n",

@@ -1,4 +1,5 @@
 #include "reduce/reduce.hpp"
+#include "common/config.hpp"
 
 #include <chorus/error.hpp>
 
@@ -64,7 +65,7 @@ std::vector<Isa> runnable_isas() {
 }
 
 Isa active_isa() {
-  const char* forced = std::getenv("CHORUS_SIMD");
+  const char* forced = config::raw(config::Variable::simd);
   if (forced == nullptr || *forced == '\0' || std::string_view(forced) == "auto")
     return runnable_isas().back();
   for (Isa isa : {Isa::generic, Isa::avx2, Isa::avx512}) {

@@ -1,4 +1,5 @@
 #include "transport/transport.hpp"
+#include "common/config.hpp"
 
 #include "common/logging.hpp"
 
@@ -69,7 +70,7 @@ std::string truncation_message(int receiver, int sender, Tag tag, std::size_t se
 
 std::chrono::microseconds spin_before_sleep() {
   static const std::chrono::microseconds spin = [] {
-    const char* env = std::getenv("CHORUS_SPIN_US");
+    const char* env = config::raw(config::Variable::spin_us);
     if (env == nullptr || *env == '\0') return std::chrono::microseconds(50);
     char* end = nullptr;
     const long value = std::strtol(env, &end, 10);

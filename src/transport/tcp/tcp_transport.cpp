@@ -1,4 +1,5 @@
 #include "transport/tcp/tcp_transport.hpp"
+#include "common/config.hpp"
 
 #include "common/logging.hpp"
 
@@ -85,9 +86,9 @@ bool interface_matches(const std::string& name, const std::string& spec) {
 }
 
 net::SocketAddress choose_local_address() {
-  if (const char* addr = std::getenv("CHORUS_SOCKET_ADDR"); addr && *addr)
+  if (const char* addr = config::raw(config::Variable::socket_addr); addr && *addr)
     return net::resolve(addr, 0, "CHORUS_SOCKET_ADDR");
-  const char* ifname_env = std::getenv("CHORUS_SOCKET_IFNAME");
+  const char* ifname_env = config::raw(config::Variable::socket_ifname);
   const std::string spec = ifname_env ? ifname_env : "";
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0)
@@ -131,7 +132,7 @@ net::SocketAddress choose_local_address() {
 }
 
 int socket_buffer_bytes(int configured) {
-  if (const char* env = std::getenv("CHORUS_SOCKET_BUFFER"); env && *env) {
+  if (const char* env = config::raw(config::Variable::socket_buffer); env && *env) {
     char* end = nullptr;
     const long v = std::strtol(env, &end, 10);
     if (*end == '\0' && v >= 0 && v <= (1L << 30)) return static_cast<int>(v);

@@ -1,4 +1,5 @@
 #include "transport/ucx/ucx_transport.hpp"
+#include "common/config.hpp"
 
 #include "common/logging.hpp"
 
@@ -95,7 +96,7 @@ struct ProcessIdentity {
 // between sibling processes), and the system call allowed (a container's
 // seccomp filter may refuse it). Decided once per process.
 bool cma_check() {
-  if (const char* env = std::getenv("CHORUS_UCX_CMA"); env && std::strcmp(env, "0") == 0)
+  if (const char* env = config::raw(config::Variable::ucx_cma); env && std::strcmp(env, "0") == 0)
     return false;
   if (std::FILE* f = std::fopen("/proc/sys/kernel/yama/ptrace_scope", "r")) {
     const int scope = std::fgetc(f);
