@@ -1,12 +1,15 @@
 // Allgather. Ring (any sizes, and the v-form): in step s every rank passes
 // on the block it received in step s - 1 (its own first), so after p - 1
 // steps every rank has every block; each rank sends and receives (p - 1)
-// blocks, the least possible, and blocks land straight in recv.
+// blocks, the least possible, and blocks land straight in recv. It is the
+// ring's allgather phase (coll/patterns/ring.hpp), segmented and pipelined.
 // Bruck (small equal blocks, p > 2): in step k every rank sends the
 // min(2^k, p - 2^k) blocks it has gathered so far to rank - 2^k and receives
 // as many from rank + 2^k, so ceil(log2 p) steps instead of p - 1; blocks
 // collect in scratch in rotated order and are put in place at the end.
 #include "coll/collectives.hpp"
+
+#include "coll/patterns/ring.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -40,25 +43,14 @@ void allgather_bruck(const Collective& c, const void* send, void* recv, std::siz
 
 void allgatherv(const Collective& c, const void* send, void* recv, const BlockLayout& blocks,
                 DataType type, unsigned phase) {
-  transport::Transport& t = c.transport;
-  const int p = t.size(), r = t.rank();
-  require_steps(p, "allgather");
+  const int r = c.transport.rank();
   const std::size_t esize = size_of(type);
   auto* out = static_cast<std::byte*>(recv);
-  auto at = [&](int j) { return out + blocks.offset(j, esize); };
-  if (blocks.bytes(r, esize) && at(r) != send) std::memcpy(at(r), send, blocks.bytes(r, esize));
+  std::byte* own = out + blocks.offset(r, esize);
+  if (blocks.bytes(r, esize) && own != send) std::memcpy(own, send, blocks.bytes(r, esize));
   const bool all_empty = std::all_of(blocks.counts.begin(), blocks.counts.end(),
                                      [](std::size_t n) { return n == 0; });
-  if (p == 1 || all_empty) return;
-  const int next = (r + 1) % p, prev = (r - 1 + p) % p;
-  for (int s = 0; s < p - 1; ++s) {
-    const transport::Tag tag = c.message_tag(phase, static_cast<unsigned>(s), 0);
-    const int outgoing = (r - s + p) % p, incoming = (r - s - 1 + 2 * p) % p;
-    auto in = t.irecv(prev, tag, at(incoming), blocks.bytes(incoming, esize));
-    auto sent = t.isend(next, tag, at(outgoing), blocks.bytes(outgoing, esize));
-    c.wait(*in);
-    c.wait(*sent);
-  }
+  if (!all_empty) ring_allgather(c, blocks, esize, out, 0, phase);
 }
 
 }  // namespace chorus::coll

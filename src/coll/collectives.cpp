@@ -1,5 +1,7 @@
 #include "coll/collectives.hpp"
 
+#include "coll/patterns/chunks.hpp"
+
 #include <fmt/format.h>
 
 namespace chorus::coll {
@@ -16,6 +18,16 @@ BlockLayout BlockLayout::uniform(int p, std::size_t count) {
   layout.counts.assign(static_cast<std::size_t>(p), count);
   layout.displs.resize(static_cast<std::size_t>(p));
   for (std::size_t j = 0; j < layout.displs.size(); ++j) layout.displs[j] = j * count;
+  return layout;
+}
+
+BlockLayout BlockLayout::near_equal(std::size_t count, int p) {
+  const NearEqualChunks chunks{count, static_cast<std::size_t>(p)};
+  BlockLayout layout;
+  for (std::size_t j = 0; j < chunks.parts; ++j) {
+    layout.counts.push_back(chunks.size(j));
+    layout.displs.push_back(chunks.offset(j));
+  }
   return layout;
 }
 

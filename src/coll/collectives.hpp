@@ -34,6 +34,8 @@ struct BlockLayout {
   static BlockLayout uniform(int p, std::size_t count);
   // Blocks of `counts`, back to back in rank order.
   static BlockLayout packed(std::span<const std::size_t> counts);
+  // `count` elements in p near-equal blocks, back to back (patterns/chunks.hpp).
+  static BlockLayout near_equal(std::size_t count, int p);
   std::size_t offset(int j, std::size_t esize) const { return displs[static_cast<std::size_t>(j)] * esize; }
   std::size_t bytes(int j, std::size_t esize) const { return counts[static_cast<std::size_t>(j)] * esize; }
 };

@@ -1,9 +1,9 @@
 // Reduce-scatter. Ring: block j travels from rank j + 1 around to rank j,
 // each rank on the way adding its own block j, so every rank sends and
-// receives (p - 1) blocks and reduces each once. Partial sums alternate
-// between two scratch buffers, so that one can be sent while the next is
-// computed. Blocks may differ in size (the v-form); empty ones still take
-// their (empty) step, so every rank runs the same schedule.
+// receives (p - 1) blocks and reduces each once; the ring's reduce-scatter
+// phase (coll/patterns/ring.hpp, drawn there), segmented and pipelined as
+// in AllReduce. Blocks may differ in size (the v-form); empty ones still
+// take their (empty) step, so every rank runs the same schedule.
 // Recursive halving (small buffers, p a power of two): in step k each rank
 // sends the half of its current range of blocks that its partner (rank xor
 // p / 2^(k+1)) keeps and adds the partner's copy of the half it keeps, so
@@ -11,6 +11,7 @@
 // bytes as the ring in log2(p) steps instead of p - 1.
 #include "coll/collectives.hpp"
 
+#include "coll/patterns/ring.hpp"
 #include "reduce/reduce.hpp"
 
 #include <fmt/format.h>
@@ -80,35 +81,22 @@ void reduce_scatter_halving(const Collective& c, const void* send, void* recv,
 void reduce_scatter_ring(const Collective& c, const void* send, void* recv,
                          std::span<const std::size_t> counts, DataType type, ReduceOp op,
                          unsigned phase) {
-  transport::Transport& t = c.transport;
-  const int p = t.size(), r = t.rank();
-  require_steps(p, "reduce_scatter");
   if (nothing_to_exchange(c, send, recv, counts, type)) return;
   const std::size_t esize = size_of(type);
   const BlockLayout blocks = BlockLayout::packed(counts);
-  const auto* in = static_cast<const std::byte*>(send);
-  auto mine = [&](int j) { return in + blocks.offset(j, esize); };
-  const std::size_t my_count = blocks.counts[static_cast<std::size_t>(r)];
-  const std::size_t largest = *std::max_element(counts.begin(), counts.end()) * esize;
-  const int next = (r + 1) % p, prev = (r - 1 + p) % p;
-  std::byte* partial[2] = {c.scratch_buffer(0, largest), c.scratch_buffer(1, largest)};
-  std::byte* incoming = c.scratch_buffer(2, largest);
-  const std::byte* outgoing = mine((r - 1 + p) % p);  // step 0 sends our own block r - 1
-  for (int s = 0; s < p - 1; ++s) {
-    const transport::Tag tag = c.message_tag(phase, static_cast<unsigned>(s), 0);
-    const int leaving = (r - s - 1 + 2 * p) % p, arriving = (r - s - 2 + 2 * p) % p;
-    auto in_flight = t.irecv(prev, tag, incoming, blocks.bytes(arriving, esize));
-    auto sent = t.isend(next, tag, outgoing, blocks.bytes(leaving, esize));
-    c.wait(*in_flight);
-    // The last block to arrive is ours, finished: it goes straight to recv.
-    std::byte* sum = s == p - 2 ? static_cast<std::byte*>(recv) : partial[s % 2];
-    const std::size_t n = blocks.counts[static_cast<std::size_t>(arriving)];
-    if (n) reduce::reduce(sum, mine(arriving), incoming, n, type, op);
-    c.wait(*sent);
-    outgoing = sum;
-  }
-  if (op == ReduceOp::avg && my_count)
-    reduce::divide(recv, my_count, type, static_cast<std::size_t>(p));
+  // Partial sums of the blocks passing through this rank each have their
+  // place in scratch, so any of them can still be on its way out while the
+  // next is made (the ring pipelines segment by segment).
+  std::byte* partials = c.scratch_buffer(0, blocks.offset(c.transport.size() - 1, esize) +
+                                                blocks.bytes(c.transport.size() - 1, esize));
+  ring_reduce_scatter(c, {.blocks = blocks,
+                          .type = type,
+                          .op = op,
+                          .input = static_cast<const std::byte*>(send),
+                          .partial = [&](int j) { return partials + blocks.offset(j, esize); },
+                          .result = static_cast<std::byte*>(recv),
+                          .finish = 0,
+                          .phase = phase});
 }
 
 }  // namespace chorus::coll

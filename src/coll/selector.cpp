@@ -302,8 +302,11 @@ CostModel probe_cost_model(const Collective& c, bool with_call_check) {
             check.emplace(one, signature, algorithm_name);
             one.check = &*check;
           }
-          registry()[static_cast<std::size_t>(v)].run(
-              one, {.send = out.data(), .recv = in.data(), .count = count});
+          Operands operands;
+          operands.send = out.data();
+          operands.recv = in.data();
+          operands.count = count;
+          registry()[static_cast<std::size_t>(v)].run(one, operands);
           if (check) check->finish(one.deadline);
         }
         if (round >= 0)

@@ -1,0 +1,147 @@
+#include "coll/patterns/ring.hpp"
+
+#include "reduce/reduce.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+namespace chorus::coll {
+namespace {
+
+struct Segments {
+  std::size_t per_segment;  // elements
+  std::size_t count(std::size_t elements) const {
+    return std::max<std::size_t>(1, (elements + per_segment - 1) / per_segment);  // empty: one, empty
+  }
+  std::size_t first(std::size_t s) const { return s * per_segment; }
+  std::size_t length(std::size_t elements, std::size_t s) const {
+    return std::min(per_segment, elements - std::min(elements, first(s)));
+  }
+};
+
+Segments segments_for(const Collective& c, const BlockLayout& blocks, std::size_t esize,
+                      std::string_view what) {
+  const int p = c.transport.size();
+  require_steps(p, what);
+  const Segments seg{std::max<std::size_t>(1, kRingSegmentBytes / esize)};
+  const std::size_t largest = *std::max_element(blocks.counts.begin(), blocks.counts.end());
+  if (seg.count(largest) > kMaxSegments)
+    throw Error(ErrorCode::unsupported,
+                fmt::format("{}: a block of {} elements over {} ranks exceeds the tag space", what,
+                            largest, p));
+  return seg;
+}
+
+}  // namespace
+
+void ring_reduce_scatter(const Collective& c, const RingReduceScatter& ring) {
+  transport::Transport& t = c.transport;
+  const int p = t.size(), r = t.rank();
+  const std::size_t esize = size_of(ring.type);
+  const BlockLayout& blocks = ring.blocks;
+  if (p == 1) {  // the one block is this rank's input (avg over one rank divides by 1)
+    const std::size_t bytes = blocks.counts[0] * esize;
+    const std::byte* own = ring.input + blocks.displs[0] * esize;
+    if (bytes && ring.result != own) std::memcpy(ring.result, own, bytes);
+    return;
+  }
+  const Segments seg = segments_for(c, blocks, esize, "reduce-scatter ring");
+  const int next = (r + 1) % p, prev = (r - 1 + p) % p;
+  auto block_of = [&](int x) { return ((x % p) + p) % p; };
+  const auto n = [&](int j) { return blocks.counts[static_cast<std::size_t>(j)]; };
+  const auto mine = [&](int j, std::size_t element) {
+    return ring.input + (blocks.displs[static_cast<std::size_t>(j)] + element) * esize;
+  };
+  const int last_step = p - 2;
+  auto dest = [&](int j, int step) { return step == last_step ? ring.result : ring.partial(j); };
+  // A segment lands where its sum goes, unless that is where this rank's own
+  // part of the block is (in place): then in scratch, one block per step
+  // parity, so that the next step's receives can be posted early.
+  const std::size_t largest = *std::max_element(blocks.counts.begin(), blocks.counts.end());
+  std::byte* landing_area = nullptr;
+  auto landing = [&](int j, int step, std::size_t element) -> std::byte* {
+    std::byte* d = dest(j, step);
+    if (d != mine(j, 0)) return d + element * esize;
+    if (landing_area == nullptr) landing_area = c.scratch_buffer(1, 2 * largest * esize);
+    return landing_area + (static_cast<std::size_t>(step % 2) * largest + element) * esize;
+  };
+  auto post_receives = [&](int step) {
+    std::vector<transport::RequestPtr> receives;
+    const int j = block_of(r - 2 + ring.finish - step);
+    for (std::size_t s = 0; s < seg.count(n(j)); ++s)
+      receives.push_back(t.irecv(prev, c.message_tag(ring.phase, static_cast<unsigned>(step),
+                                                     static_cast<unsigned>(s)),
+                                 landing(j, step, seg.first(s)), seg.length(n(j), s) * esize));
+    return receives;
+  };
+
+  std::vector<transport::RequestPtr> sends;
+  {  // Step 0 sends this rank's own part of the block it starts.
+    const int j = block_of(r - 1 + ring.finish);
+    for (std::size_t s = 0; s < seg.count(n(j)); ++s)
+      sends.push_back(t.isend(next, c.message_tag(ring.phase, 0, static_cast<unsigned>(s)),
+                              mine(j, seg.first(s)), seg.length(n(j), s) * esize));
+  }
+  auto receives = post_receives(0);
+  for (int step = 0; step <= last_step; ++step) {
+    const int j = block_of(r - 2 + ring.finish - step);  // arriving this step
+    std::vector<transport::RequestPtr> upcoming;
+    if (step < last_step) upcoming = post_receives(step + 1);
+    for (std::size_t s = 0; s < receives.size(); ++s) {
+      c.wait(*receives[s]);
+      const std::size_t first = seg.first(s), length = seg.length(n(j), s);
+      std::byte* sum = dest(j, step) + first * esize;
+      if (length) reduce::reduce(sum, landing(j, step, first), mine(j, first), length, ring.type, ring.op);
+      if (step < last_step)  // forward the partial sum at once: the pipeline
+        sends.push_back(t.isend(next, c.message_tag(ring.phase, static_cast<unsigned>(step + 1),
+                                                    static_cast<unsigned>(s)),
+                                sum, length * esize));
+      else if (ring.op == ReduceOp::avg && length)
+        reduce::divide(sum, length, ring.type, static_cast<std::size_t>(p));  // only the owner divides
+    }
+    receives = std::move(upcoming);
+  }
+  c.wait_all(sends);
+}
+
+void ring_allgather(const Collective& c, const BlockLayout& blocks, std::size_t esize,
+                    std::byte* buffer, int start, unsigned phase) {
+  transport::Transport& t = c.transport;
+  const int p = t.size(), r = t.rank();
+  if (p == 1) return;
+  const Segments seg = segments_for(c, blocks, esize, "allgather ring");
+  const int next = (r + 1) % p, prev = (r - 1 + p) % p;
+  auto block_of = [&](int x) { return ((x % p) + p) % p; };
+  const auto n = [&](int j) { return blocks.counts[static_cast<std::size_t>(j)]; };
+  const auto at = [&](int j, std::size_t element) {
+    return buffer + (blocks.displs[static_cast<std::size_t>(j)] + element) * esize;
+  };
+  std::vector<transport::RequestPtr> sends;
+  {
+    const int j = block_of(r + start);
+    for (std::size_t s = 0; s < seg.count(n(j)); ++s)
+      sends.push_back(t.isend(next, c.message_tag(phase, 0, static_cast<unsigned>(s)),
+                              at(j, seg.first(s)), seg.length(n(j), s) * esize));
+  }
+  for (int step = 0; step + 1 < p; ++step) {
+    const int j = block_of(r + start - 1 - step);  // arriving this step
+    std::vector<transport::RequestPtr> receives;
+    for (std::size_t s = 0; s < seg.count(n(j)); ++s)
+      receives.push_back(t.irecv(prev, c.message_tag(phase, static_cast<unsigned>(step),
+                                                     static_cast<unsigned>(s)),
+                                 at(j, seg.first(s)), seg.length(n(j), s) * esize));
+    for (std::size_t s = 0; s < receives.size(); ++s) {
+      c.wait(*receives[s]);
+      if (step + 2 < p)  // forward each segment as soon as it is here
+        sends.push_back(t.isend(next, c.message_tag(phase, static_cast<unsigned>(step + 1),
+                                                    static_cast<unsigned>(s)),
+                                at(j, seg.first(s)), seg.length(n(j), s) * esize));
+    }
+  }
+  c.wait_all(sends);
+}
+
+}  // namespace chorus::coll
