@@ -1,6 +1,7 @@
 #include "coll/halving_doubling.hpp"
 
 #include "coll/fold.hpp"
+#include "coll/patterns/halving.hpp"
 
 #include "reduce/reduce.hpp"
 
@@ -30,28 +31,21 @@ void halving_doubling_allreduce(const Collective& c, const void* send, void* rec
   std::byte* incoming = c.scratch_buffer(0, bytes);
 
   // Blocks: count split into p2 parts; [lo, hi) is a range of blocks.
-  const auto blocks = static_cast<std::size_t>(p2);
-  auto element = [&](std::size_t b) { return b * (count / blocks) + std::min(b, count % blocks); };
-  std::size_t lo = 0, hi = blocks;
-  unsigned step = 0;
-  // Reduce-scatter by recursive halving: keep the half of the range that
-  // holds our own block index, send the other half to the partner.
-  for (int mask = p2 / 2; mask >= 1; mask /= 2, ++step) {
-    const int partner = real_rank(vr ^ mask);
-    const std::size_t mid = lo + (hi - lo) / 2;
-    const bool keep_low = (vr & mask) == 0;
-    const std::size_t keep_lo = keep_low ? lo : mid, keep_hi = keep_low ? mid : hi;
-    const std::size_t give_lo = keep_low ? mid : lo, give_hi = keep_low ? hi : mid;
-    const std::size_t keep_n = element(keep_hi) - element(keep_lo);
-    const std::size_t give_n = element(give_hi) - element(give_lo);
-    auto in = t.irecv(partner, c.message_tag(1, step, 0), incoming, keep_n * esize);
-    auto sent =
-        t.isend(partner, c.message_tag(1, step, 0), out + element(give_lo) * esize, give_n * esize);
-    c.wait(*in);
-    if (keep_n) reduce::reduce(out + element(keep_lo) * esize, incoming, keep_n, type, op);
-    c.wait(*sent);
-    lo = keep_lo, hi = keep_hi;
-  }
+  const BlockLayout layout = BlockLayout::near_equal(count, p2);
+  auto element = [&](std::size_t b) {
+    return b == layout.displs.size() ? count : layout.displs[b];
+  };
+  // Reduce-scatter by recursive halving (patterns/halving.hpp): block vr.
+  unsigned step = recursive_halving(c,
+                                    {.blocks = layout,
+                                     .p2 = p2,
+                                     .virtual_rank = vr,
+                                     .real_rank = real_rank,
+                                     .type = type,
+                                     .op = op,
+                                     .phase = 1},
+                                    out, incoming, 0);
+  std::size_t lo = static_cast<std::size_t>(vr), hi = lo + 1;
   // Now [lo, hi) is our block vr, complete.
   if (op == ReduceOp::avg && element(hi) > element(lo))
     reduce::divide(out + element(lo) * esize, element(hi) - element(lo), type,

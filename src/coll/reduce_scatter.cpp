@@ -11,6 +11,7 @@
 // bytes as the ring in log2(p) steps instead of p - 1.
 #include "coll/collectives.hpp"
 
+#include "coll/patterns/halving.hpp"
 #include "coll/patterns/ring.hpp"
 #include "reduce/reduce.hpp"
 
@@ -50,31 +51,20 @@ void reduce_scatter_halving(const Collective& c, const void* send, void* recv,
   if (nothing_to_exchange(c, send, recv, counts, type)) return;
   const BlockLayout blocks = BlockLayout::packed(counts);
   const std::size_t esize = size_of(type);
-  auto offset = [&](int j) { return j == p ? blocks.offset(p - 1, esize) + blocks.bytes(p - 1, esize)
-                                           : blocks.offset(j, esize); };
-  std::byte* work = c.scratch_buffer(0, offset(p));
-  std::memcpy(work, send, offset(p));
-  std::byte* incoming = c.scratch_buffer(1, offset(p));
-  int low = 0, high = p;  // the blocks this rank still reduces
-  unsigned step = 0;
-  for (int mask = p / 2; mask > 0; mask /= 2, ++step) {
-    const int middle = low + (high - low) / 2;
-    const bool upper = (r & mask) != 0;
-    const int keep_low = upper ? middle : low, keep_high = upper ? high : middle;
-    const int give_low = upper ? low : middle, give_high = upper ? middle : high;
-    const transport::Tag tag = c.message_tag(phase, step, 0);
-    const std::size_t keep_bytes = offset(keep_high) - offset(keep_low);
-    auto got = t.irecv(r ^ mask, tag, incoming, keep_bytes);
-    auto sent = t.isend(r ^ mask, tag, work + offset(give_low), offset(give_high) - offset(give_low));
-    c.wait(*got);
-    if (keep_bytes)
-      reduce::reduce(work + offset(keep_low), incoming, keep_bytes / esize, type, op);
-    c.wait(*sent);
-    low = keep_low;
-    high = keep_high;
-  }
+  const std::size_t total = blocks.offset(p - 1, esize) + blocks.bytes(p - 1, esize);
+  std::byte* work = c.scratch_buffer(0, total);
+  std::memcpy(work, send, total);
+  recursive_halving(c,
+                    {.blocks = blocks,
+                     .p2 = p,
+                     .virtual_rank = r,
+                     .real_rank = [](int v) { return v; },
+                     .type = type,
+                     .op = op,
+                     .phase = phase},
+                    work, c.scratch_buffer(1, total), 0);
   const std::size_t mine = blocks.bytes(r, esize);
-  if (mine) std::memcpy(recv, work + offset(r), mine);
+  if (mine) std::memcpy(recv, work + blocks.offset(r, esize), mine);
   if (op == ReduceOp::avg && mine) reduce::divide(recv, mine / esize, type, static_cast<std::size_t>(p));
 }
 
