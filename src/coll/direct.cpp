@@ -1,5 +1,6 @@
 #include "coll/direct.hpp"
 
+#include "coll/patterns/chunks.hpp"
 #include "reduce/reduce.hpp"
 
 #include <algorithm>
@@ -66,13 +67,9 @@ void direct_two_shot_allreduce(const Collective& c, const void* send, void* recv
     return;
   }
   const auto up = static_cast<std::size_t>(p);
-  auto chunk_count = [&](int q) {
-    return count / up + (static_cast<std::size_t>(q) < count % up ? 1 : 0);
-  };
-  auto chunk_offset = [&](int q) {
-    const auto uq = static_cast<std::size_t>(q);
-    return (uq * (count / up) + std::min(uq, count % up)) * esize;
-  };
+  const NearEqualChunks chunks{count, up};
+  auto chunk_count = [&](int q) { return chunks.size(static_cast<std::size_t>(q)); };
+  auto chunk_offset = [&](int q) { return chunks.offset(static_cast<std::size_t>(q)) * esize; };
   const std::size_t mine = chunk_count(r);
   const auto* in = static_cast<const std::byte*>(send);
   auto* out = static_cast<std::byte*>(recv);

@@ -85,10 +85,8 @@ void reduce_binomial(const Collective& c, const void* send, void* recv, std::siz
 void reduce_scatter_gather(const Collective& c, const void* send, void* recv, std::size_t count,
                            DataType type, ReduceOp op, int root) {
   const int p = c.transport.size(), r = c.transport.rank();
-  const auto ranks = static_cast<std::size_t>(p);
-  std::vector<std::size_t> counts(ranks, count / ranks);
-  for (std::size_t j = 0; j < count % ranks; ++j) ++counts[j];
-  const BlockLayout blocks = BlockLayout::packed(counts);
+  const BlockLayout blocks = BlockLayout::near_equal(count, p);
+  const std::vector<std::size_t>& counts = blocks.counts;
   const std::size_t esize = size_of(type), mine = counts[static_cast<std::size_t>(r)];
   // The root's block is reduced straight into its place in recv; the others
   // in scratch (slot 3: the reduce-scatter uses 0..2).
