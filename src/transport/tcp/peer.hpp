@@ -1,0 +1,89 @@
+// The TCP transport's state per connection: what is queued to send, the
+// receives posted for it, what arrived early, the rendezvous in flight and
+// the reader's position in the current frame.
+#pragma once
+
+#include "transport/tcp/frames.hpp"
+#include "transport/tcp/tcp_transport.hpp"
+
+#include <deque>
+#include <list>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace chorus::transport {
+
+inline constexpr std::size_t kStagingBytes = 256 * 1024;
+
+struct PostedReceive {
+  Tag tag;
+  std::byte* buf;
+  std::size_t capacity;
+  RequestPtr request;
+};
+
+struct OutFrame {
+  tcp::FrameHeader header;
+  const std::byte* payload = nullptr;
+  std::size_t payload_bytes = 0;
+  std::size_t written = 0;       // of header + payload
+  RequestPtr request;            // completed once the whole frame is written
+  std::vector<std::byte> owned;  // payloads the transport made (abort reasons)
+};
+
+// A message that arrived before its receive was posted.
+struct Unexpected {
+  Unexpected(Tag t, std::size_t n, bool rts = false, std::uint64_t rts_id = 0)
+      : tag(t), length(n), is_rts(rts), id(rts_id) {}
+  Tag tag;
+  std::size_t length;
+  bool is_rts;       // large: only announced; data still at the sender
+  std::uint64_t id;  // the sender's id for CTS / REJECT
+  std::vector<std::byte> data;
+  bool ready = false;                    // eager data fully arrived
+  std::optional<PostedReceive> claimed;  // a receive that matched while data arrives
+  const std::byte* self_buf = nullptr;   // self-sends above the eager limit
+  RequestPtr self_send;
+};
+
+struct TcpTransport::Peer {
+  int rank = -1;
+  std::string where;  // "rank 3 (10.0.0.7:41234)"
+  net::Fd fd;
+  bool dead = false;
+  std::string dead_reason;
+  bool writing = false;  // EPOLLOUT registered
+
+  std::deque<OutFrame> sendq;
+  std::deque<PostedReceive> posted;
+  std::list<Unexpected> unexpected;
+  struct PendingSend {
+    RequestPtr request;
+    const std::byte* buf;
+    std::size_t bytes;
+  };
+  std::unordered_map<std::uint64_t, PendingSend> rndv_sends;  // RTS sent, awaiting CTS
+  struct PendingReceive {
+    PostedReceive receive;
+    std::size_t length;
+  };
+  std::unordered_map<std::uint64_t, PendingReceive> rndv_recvs;  // CTS sent, awaiting DATA
+
+  // Reading: bytes land in `staging`, or straight in a posted buffer.
+  std::vector<std::byte> staging = std::vector<std::byte>(kStagingBytes);
+  std::size_t staged_begin = 0, staged_end = 0;
+  bool in_payload = false;
+  tcp::FrameHeader current{};
+  enum class Sink { posted, unexpected, rendezvous, discard, abort_reason } sink = Sink::discard;
+  std::byte* target = nullptr;
+  std::size_t remaining = 0;
+  PostedReceive sink_receive{};
+  Unexpected* sink_unexpected = nullptr;
+  std::string abort_reason;
+
+  std::size_t staged() const { return staged_end - staged_begin; }
+};
+
+}  // namespace chorus::transport

@@ -1,0 +1,163 @@
+// The protocol, receiving side: what a frame header asks for (an eager
+// message into a posted receive or the unexpected list, a rendezvous
+// announcement answered with CTS or REJECT, CTS starting a DATA frame,
+// DATA into the receive it was cleared for, a peer's abort reason), and
+// delivering a payload once it is complete. Every header is checked before
+// any of it is used; a bad one fails that peer only.
+#include "transport/tcp/peer.hpp"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+namespace chorus::transport {
+
+using namespace tcp;
+
+// The payload of the current frame is complete: deliver it.
+void TcpTransport::on_payload(Peer& peer) {
+  const FrameHeader& h = peer.current;
+  const Peer::Sink sink = peer.sink;
+  peer.in_payload = false;
+  peer.sink = Peer::Sink::discard;
+  peer.target = nullptr;
+  switch (sink) {
+    case Peer::Sink::posted:
+    case Peer::Sink::rendezvous:
+      peer.sink_receive.request->complete(h.length);
+      break;
+    case Peer::Sink::unexpected: {
+      Unexpected* u = std::exchange(peer.sink_unexpected, nullptr);
+      u->ready = true;
+      if (u->claimed) {
+        const PostedReceive r = *u->claimed;
+        if (u->length > r.capacity) {
+          r.request->fail(ErrorCode::invalid_argument,
+                          truncation_message(rank(), peer.rank, u->tag, u->length, r.capacity));
+        } else {
+          if (u->length) std::memcpy(r.buf, u->data.data(), u->length);
+          r.request->complete(u->length);
+        }
+        peer.unexpected.remove_if([&](const Unexpected& x) { return &x == u; });
+      }
+      break;
+    }
+    case Peer::Sink::abort_reason:
+      fail_peer(peer, fmt::format("{} aborted: {}", peer.where, peer.abort_reason));
+      break;
+    case Peer::Sink::discard:
+      break;
+  }
+}
+
+// A frame header has arrived: check it before using any of it, then act.
+void TcpTransport::on_header(Peer& peer) {
+  const FrameHeader& h = peer.current;
+  auto malformed = [&](const std::string& why) {
+    fail_peer(peer, fmt::format("{} broke the protocol ({}); connection closed", peer.where, why));
+  };
+  if (const std::string why = check_header(h); !why.empty()) return malformed(why);
+  auto start_payload = [&](Peer::Sink sink, std::byte* target) {
+    peer.sink = sink;
+    peer.target = target;
+    peer.remaining = h.length;
+    peer.in_payload = true;
+  };
+  switch (static_cast<FrameType>(h.type)) {
+    case FrameType::eager: {
+      if (h.length > options_.eager_limit)
+        return malformed(fmt::format("eager frame of {} bytes", h.length));
+      for (auto it = peer.posted.begin(); it != peer.posted.end(); ++it) {
+        if (it->tag != h.tag) continue;
+        peer.sink_receive = *it;
+        peer.posted.erase(it);
+        if (h.length > peer.sink_receive.capacity) {
+          peer.sink_receive.request->fail(
+              ErrorCode::invalid_argument,
+              truncation_message(rank(), peer.rank, h.tag, h.length, peer.sink_receive.capacity));
+          start_payload(Peer::Sink::discard, nullptr);
+        } else {
+          start_payload(Peer::Sink::posted, peer.sink_receive.buf);
+        }
+        break;
+      }
+      if (!peer.in_payload) {
+        Unexpected u{h.tag, h.length};
+        u.data.resize(h.length);
+        peer.unexpected.push_back(std::move(u));
+        peer.sink_unexpected = &peer.unexpected.back();
+        start_payload(Peer::Sink::unexpected, peer.sink_unexpected->data.data());
+      }
+      break;
+    }
+    case FrameType::rts: {
+      if (h.length <= options_.eager_limit)
+        return malformed(fmt::format("rendezvous for only {} bytes", h.length));
+      bool matched = false;
+      for (auto it = peer.posted.begin(); it != peer.posted.end(); ++it) {
+        if (it->tag != h.tag) continue;
+        PostedReceive r = *it;
+        peer.posted.erase(it);
+        if (h.length > r.capacity) {
+          r.request->fail(ErrorCode::invalid_argument,
+                          truncation_message(rank(), peer.rank, h.tag, h.length, r.capacity));
+          peer.sendq.push_back(
+              {make_header(FrameType::reject, h.tag, 0, h.id), nullptr, 0, 0, nullptr, {}});
+        } else {
+          peer.rndv_recvs[h.id] = {r, h.length};
+          peer.sendq.push_back(
+              {make_header(FrameType::cts, h.tag, 0, h.id), nullptr, 0, 0, nullptr, {}});
+        }
+        matched = true;
+        break;
+      }
+      if (!matched) {
+        Unexpected u{h.tag, h.length, true, h.id};
+        u.ready = true;
+        peer.unexpected.push_back(std::move(u));
+      }
+      write_to(peer);
+      break;
+    }
+    case FrameType::cts: {
+      auto it = peer.rndv_sends.find(h.id);
+      if (it == peer.rndv_sends.end()) return malformed("clear-to-send for an unknown message");
+      auto s = it->second;
+      peer.rndv_sends.erase(it);
+      peer.sendq.push_back(
+          {make_header(FrameType::data, h.tag, s.bytes, h.id), s.buf, s.bytes, 0, s.request, {}});
+      write_to(peer);
+      break;
+    }
+    case FrameType::reject: {
+      auto it = peer.rndv_sends.find(h.id);
+      if (it == peer.rndv_sends.end()) return malformed("reject for an unknown message");
+      it->second.request->complete();  // the receiver reported the error on its side
+      peer.rndv_sends.erase(it);
+      break;
+    }
+    case FrameType::data: {
+      auto it = peer.rndv_recvs.find(h.id);
+      if (it == peer.rndv_recvs.end()) return malformed("data for an unknown message");
+      if (h.length != it->second.length)
+        return malformed(fmt::format("data of {} bytes for a message announced as {}", h.length,
+                                     it->second.length));
+      peer.sink_receive = it->second.receive;
+      peer.rndv_recvs.erase(it);
+      start_payload(Peer::Sink::rendezvous, peer.sink_receive.buf);
+      break;
+    }
+    case FrameType::abort: {
+      if (h.length > kMaxAbortReason) return malformed("abort reason too long");
+      peer.abort_reason.assign(h.length, '\0');
+      start_payload(Peer::Sink::abort_reason,
+                    reinterpret_cast<std::byte*>(peer.abort_reason.data()));
+      break;
+    }
+    default:
+      return malformed(fmt::format("unknown frame type {}", h.type));
+  }
+  if (peer.in_payload && peer.remaining == 0) on_payload(peer);  // zero bytes: deliver now
+}
+
+}  // namespace chorus::transport
