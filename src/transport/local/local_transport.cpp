@@ -1,5 +1,7 @@
 #include "transport/local/local_transport.hpp"
 
+#include "transport/matching.hpp"
+
 #include <fmt/format.h>
 
 #include <condition_variable>
@@ -11,13 +13,6 @@
 namespace chorus::transport {
 namespace {
 
-struct PostedReceive {
-  int source;
-  Tag tag;
-  void* buf;
-  std::size_t capacity;
-  RequestPtr request;
-};
 
 // A message that arrived before its receive: either copied (eager) or still
 // in the sender's buffer, whose send request completes when it is taken.
@@ -105,20 +100,13 @@ RequestPtr LocalTransport::isend(int peer, Tag tag, const void* buf, std::size_t
                                                        rank(), peer, box.gone_reason));
     return request;
   }
-  for (auto it = box.posted.begin(); it != box.posted.end(); ++it) {
-    if (it->source != rank() || it->tag != tag) continue;
-    PostedReceive receive = std::move(*it);
-    box.posted.erase(it);
+  if (auto receive = take_first(box.posted, [&](const PostedReceive& r) {
+        return r.source == rank() && r.tag == tag;
+      })) {
     // Copy while holding the receiver's lock: a receiver that leaves sweeps
     // its mailbox under it, so it cannot return (and free the buffer it had
     // posted) in the middle of this copy.
-    if (bytes > receive.capacity) {
-      receive.request->fail(ErrorCode::invalid_argument,
-                            truncation_message(peer, rank(), tag, bytes, receive.capacity));
-    } else {
-      if (bytes > 0) std::memcpy(receive.buf, buf, bytes);
-      receive.request->complete(bytes);
-    }
+    deliver(*receive, peer, buf, bytes);
     lock.unlock();
     request->complete();
     box.notify();
@@ -145,22 +133,17 @@ RequestPtr LocalTransport::irecv(int peer, Tag tag, void* buf, std::size_t bytes
   Mailbox& mine = fabric_->state_->box(rank());
   Mailbox& theirs = fabric_->state_->box(peer);
   std::unique_lock lock(mine.data);
-  for (auto it = mine.arrived.begin(); it != mine.arrived.end(); ++it) {
-    if (it->source != peer || it->tag != tag) continue;
-    ArrivedMessage message = std::move(*it);
-    mine.arrived.erase(it);
+  const PostedReceive receive{peer, tag, static_cast<std::byte*>(buf), bytes, request};
+  if (auto arrived = take_first(mine.arrived, [&](const ArrivedMessage& m) {
+        return m.source == peer && m.tag == tag;
+      })) {
+    ArrivedMessage& message = *arrived;
     // A message left at the sender is copied while we still hold our lock: a
     // sender that leaves sweeps our mailbox under it, so it cannot return
     // (and free its buffer) in the middle of this copy.
     if (!message.send_request) lock.unlock();
-    if (message.bytes > bytes) {
-      request->fail(ErrorCode::invalid_argument,
-                    truncation_message(rank(), peer, tag, message.bytes, bytes));
-    } else if (message.bytes > 0) {
-      std::memcpy(buf, message.send_request ? message.sender_buf : message.copy.data(),
-                  message.bytes);
-    }
-    if (request->state() == Request::State::pending) request->complete(message.bytes);
+    deliver(receive, rank(), message.send_request ? message.sender_buf : message.copy.data(),
+            message.bytes);
     if (message.send_request) {
       message.send_request->complete();
       lock.unlock();
@@ -176,7 +159,7 @@ RequestPtr LocalTransport::irecv(int peer, Tag tag, void* buf, std::size_t bytes
                                                        rank(), peer, theirs.gone_reason));
     return request;
   }
-  mine.posted.push_back({peer, tag, buf, bytes, request});
+  mine.posted.push_back(receive);
   return request;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "transport/tcp/frames.hpp"
+#include "transport/matching.hpp"
 #include "transport/tcp/tcp_transport.hpp"
 
 #include <deque>
@@ -17,12 +18,6 @@ namespace chorus::transport {
 
 inline constexpr std::size_t kStagingBytes = 256 * 1024;
 
-struct PostedReceive {
-  Tag tag;
-  std::byte* buf;
-  std::size_t capacity;
-  RequestPtr request;
-};
 
 struct OutFrame {
   tcp::FrameHeader header;

@@ -30,14 +30,7 @@ void TcpTransport::on_payload(Peer& peer) {
       Unexpected* u = std::exchange(peer.sink_unexpected, nullptr);
       u->ready = true;
       if (u->claimed) {
-        const PostedReceive r = *u->claimed;
-        if (u->length > r.capacity) {
-          r.request->fail(ErrorCode::invalid_argument,
-                          truncation_message(rank(), peer.rank, u->tag, u->length, r.capacity));
-        } else {
-          if (u->length) std::memcpy(r.buf, u->data.data(), u->length);
-          r.request->complete(u->length);
-        }
+        deliver(*u->claimed, rank(), u->data.data(), u->length);
         peer.unexpected.remove_if([&](const Unexpected& x) { return &x == u; });
       }
       break;
@@ -63,25 +56,22 @@ void TcpTransport::on_header(Peer& peer) {
     peer.remaining = h.length;
     peer.in_payload = true;
   };
+  const auto same_tag = [&](const PostedReceive& r) { return r.tag == h.tag; };
   switch (static_cast<FrameType>(h.type)) {
     case FrameType::eager: {
       if (h.length > options_.eager_limit)
         return malformed(fmt::format("eager frame of {} bytes", h.length));
-      for (auto it = peer.posted.begin(); it != peer.posted.end(); ++it) {
-        if (it->tag != h.tag) continue;
-        peer.sink_receive = *it;
-        peer.posted.erase(it);
-        if (h.length > peer.sink_receive.capacity) {
-          peer.sink_receive.request->fail(
+      if (auto receive = take_first(peer.posted, same_tag)) {
+        peer.sink_receive = *receive;
+        if (h.length > receive->capacity) {
+          receive->request->fail(
               ErrorCode::invalid_argument,
-              truncation_message(rank(), peer.rank, h.tag, h.length, peer.sink_receive.capacity));
+              truncation_message(rank(), peer.rank, h.tag, h.length, receive->capacity));
           start_payload(Peer::Sink::discard, nullptr);
         } else {
-          start_payload(Peer::Sink::posted, peer.sink_receive.buf);
+          start_payload(Peer::Sink::posted, receive->buf);
         }
-        break;
-      }
-      if (!peer.in_payload) {
+      } else {
         Unexpected u{h.tag, h.length};
         u.data.resize(h.length);
         peer.unexpected.push_back(std::move(u));
@@ -93,25 +83,19 @@ void TcpTransport::on_header(Peer& peer) {
     case FrameType::rts: {
       if (h.length <= options_.eager_limit)
         return malformed(fmt::format("rendezvous for only {} bytes", h.length));
-      bool matched = false;
-      for (auto it = peer.posted.begin(); it != peer.posted.end(); ++it) {
-        if (it->tag != h.tag) continue;
-        PostedReceive r = *it;
-        peer.posted.erase(it);
-        if (h.length > r.capacity) {
-          r.request->fail(ErrorCode::invalid_argument,
-                          truncation_message(rank(), peer.rank, h.tag, h.length, r.capacity));
+      if (auto receive = take_first(peer.posted, same_tag)) {
+        if (h.length > receive->capacity) {
+          receive->request->fail(
+              ErrorCode::invalid_argument,
+              truncation_message(rank(), peer.rank, h.tag, h.length, receive->capacity));
           peer.sendq.push_back(
               {make_header(FrameType::reject, h.tag, 0, h.id), nullptr, 0, 0, nullptr, {}});
         } else {
-          peer.rndv_recvs[h.id] = {r, h.length};
+          peer.rndv_recvs[h.id] = {*receive, h.length};
           peer.sendq.push_back(
               {make_header(FrameType::cts, h.tag, 0, h.id), nullptr, 0, 0, nullptr, {}});
         }
-        matched = true;
-        break;
-      }
-      if (!matched) {
+      } else {
         Unexpected u{h.tag, h.length, true, h.id};
         u.ready = true;
         peer.unexpected.push_back(std::move(u));

@@ -79,17 +79,8 @@ RequestPtr TcpTransport::self_send(Tag tag, const void* buf, std::size_t bytes) 
   auto request = std::make_shared<Request>(true, rank(), tag, bytes);
   Peer& self = *peers_[static_cast<std::size_t>(rank())];
   const auto* data = static_cast<const std::byte*>(buf);
-  for (auto it = self.posted.begin(); it != self.posted.end(); ++it) {
-    if (it->tag != tag) continue;
-    PostedReceive r = *it;
-    self.posted.erase(it);
-    if (bytes > r.capacity) {
-      r.request->fail(ErrorCode::invalid_argument,
-                      truncation_message(rank(), rank(), tag, bytes, r.capacity));
-    } else {
-      if (bytes) std::memcpy(r.buf, data, bytes);
-      r.request->complete(bytes);
-    }
+  if (auto receive = take_first(self.posted, [&](const PostedReceive& r) { return r.tag == tag; })) {
+    deliver(*receive, rank(), data, bytes);
     request->complete();
     return request;
   }
@@ -110,7 +101,7 @@ RequestPtr TcpTransport::irecv(int peer_rank, Tag tag, void* buf, std::size_t by
   check_message("irecv", peer_rank, tag, buf, bytes);
   auto request = std::make_shared<Request>(false, peer_rank, tag, bytes);
   Peer& peer = *peers_[static_cast<std::size_t>(peer_rank)];
-  PostedReceive receive{tag, static_cast<std::byte*>(buf), bytes, request};
+  PostedReceive receive{peer_rank, tag, static_cast<std::byte*>(buf), bytes, request};
   for (auto it = peer.unexpected.begin(); it != peer.unexpected.end(); ++it) {
     Unexpected& u = *it;
     if (u.tag != tag || u.claimed) continue;
@@ -129,9 +120,8 @@ RequestPtr TcpTransport::irecv(int peer_rank, Tag tag, void* buf, std::size_t by
       peer.rndv_recvs[u.id] = {receive, u.length};
       peer.sendq.push_back({make_header(FrameType::cts, tag, 0, u.id), nullptr, 0, 0, nullptr, {}});
     } else {
-      if (u.length) std::memcpy(buf, u.self_buf ? u.self_buf : u.data.data(), u.length);
+      deliver(receive, rank(), u.self_buf ? u.self_buf : u.data.data(), u.length);
       if (u.self_send) u.self_send->complete();
-      request->complete(u.length);
     }
     peer.unexpected.erase(it);
     if (!peer.sendq.empty()) write_to(peer);
