@@ -51,7 +51,7 @@ class UcxTransport final : public Transport {
   // allow it for their messages of 64 KiB-8 MiB to take that path.
   static bool cross_memory_attach_usable();
 
-  struct State;  // UCP handles and per-peer bookkeeping, in ucx_transport.cpp
+  struct State;  // UCP handles and per-peer bookkeeping: transport/ucx/state.hpp
 
  private:
   std::unique_ptr<State> state_;

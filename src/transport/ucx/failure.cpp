@@ -1,0 +1,151 @@
+// How the UCX transport fails well: abort notices (a peer that aborts says
+// why before it goes), endpoint errors, the liveness check of local peers,
+// closing endpoints, and abort().
+#include "transport/ucx/state.hpp"
+
+#include "common/logging.hpp"
+
+#include <algorithm>
+
+namespace chorus::transport {
+namespace ucx {
+namespace {
+constexpr auto kStuckAfter = std::chrono::seconds(2);
+}  // namespace
+
+void post_notice_receive(UcxTransport::State& s);
+
+void on_notice(void* ucx_request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user) {
+  auto& s = *static_cast<UcxTransport::State*>(user);
+  ucp_request_free(ucx_request);
+  s.notice_request = nullptr;
+  s.notice_posted = false;
+  if (status != UCS_OK || info == nullptr) return;  // cancelled at close
+  const auto sender = static_cast<int>(info->sender_tag & ((ucp_tag_t{1} << kRankShift) - 1));
+  s.notices.emplace_back(sender, std::string(s.notice, std::min(info->length, s.kNoticeBytes)));
+  ++s.completions;
+}
+
+void post_notice_receive(UcxTransport::State& s) {
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                       UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  param.cb.recv = on_notice;
+  param.user_data = &s;
+  s.notice_posted = true;
+  void* r = ucp_tag_recv_nbx(s.worker, s.notice, s.kNoticeBytes, kNoticeTag,
+                             kNoticeSource << kRankShift, &param);
+  if (UCS_PTR_IS_ERR(r)) {
+    s.notice_posted = false;  // no notices then; failures are still seen by keepalive
+  } else if (s.notice_posted) {
+    s.notice_request = r;
+  }  // else it completed inside the call: on_notice freed it
+}
+
+// Fails the peers whose abort notices arrived, with their reasons, and
+// waits for the next notice.
+void handle_notices(UcxTransport::State& s) {
+  auto notices = std::move(s.notices);
+  s.notices.clear();
+  for (auto& [peer, reason] : notices)
+    if (peer >= 0 && peer < static_cast<int>(s.peers.size()))
+      s.fail_peer(peer, fmt::format("rank {} aborted: {}", peer, reason));
+  if (!s.notice_posted) post_notice_receive(s);
+}
+
+void on_endpoint_error(void* arg, ucp_ep_h, ucs_status_t status) {
+  auto* a = static_cast<std::pair<UcxTransport::State*, int>*>(arg);
+  a->first->fail_peer(a->second, fmt::format("connection to rank {} failed ({}): it died or left",
+                                             a->second, ucs_status_string(status)));
+}
+
+void check_local_peers(UcxTransport::State& s) {
+  const int size = static_cast<int>(s.peers.size());
+  // UCX's keepalive misses a peer that dies while an endpoint to it is still
+  // being wired up (seen with alltoall, where every pair starts at once): a
+  // peer on this host whose process has ended is dead whatever UCX says.
+  // Checked twice a second while waiting (a /proc read per local peer).
+  if (const auto now = Clock::now(); now - s.last_liveness_check > std::chrono::milliseconds(500)) {
+    s.last_liveness_check = now;
+    if (s.completions != s.completions_seen) {
+      s.completions_seen = s.completions;
+      s.last_completion = now;
+    }
+    int dead = -1;
+    for (int r = 0; r < size; ++r) {
+      const auto& peer = s.peers[static_cast<std::size_t>(r)];
+      if (!peer.dead && peer.local_pid > 0 && process_ended(peer.local_pid))
+        s.fail_peer(r, fmt::format("rank {} (pid {} on this host) has ended: it died or left", r,
+                                   peer.local_pid));
+      if (s.peers[static_cast<std::size_t>(r)].dead && dead < 0) dead = r;
+    }
+    // A process killed while writing into a peer's shared-memory queue can
+    // leave that queue stuck for good: then nothing arrives from anyone.
+    // Once a peer is dead and nothing has completed for kStuckAfter, the
+    // requests still waiting will not finish either; end them, saying why.
+    if (dead >= 0 && s.death_seen == Clock::time_point{}) s.death_seen = now;
+    if (dead >= 0 && s.inflight && now - std::max(s.last_completion, s.death_seen) > kStuckAfter) {
+      const std::string why = s.peers[static_cast<std::size_t>(dead)].reason;
+      for (int r = 0; r < size; ++r)
+        s.fail_peer(r, fmt::format("nothing has arrived for {} s since rank {} failed ({}); "
+                                   "shared memory with it may be stuck, so rank {} is given up",
+                                   std::chrono::duration<double>(kStuckAfter).count(), dead, why,
+                                   r));
+    }
+  }
+}
+
+// Closes every endpoint at once (FORCE: no flush), so that UCX drops the
+// rendezvous transfers still running on them instead of finishing them into
+// buffers their owners may free as soon as their requests have failed.
+void close_endpoints(UcxTransport::State& s) {
+  for (ucp_ep_h& ep : s.endpoints) {
+    if (!ep) continue;
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    void* req = ucp_ep_close_nbx(ep, &param);
+    if (UCS_PTR_IS_PTR(req)) {
+      const auto until = Clock::now() + std::chrono::seconds(2);
+      while (ucp_request_check_status(req) == UCS_INPROGRESS && Clock::now() < until)
+        ucp_worker_progress(s.worker);
+      ucp_request_free(req);
+    }
+    ep = nullptr;
+  }
+}
+
+}  // namespace ucx
+
+void UcxTransport::abort(const std::string& reason) {
+  using namespace ucx;
+  State& s = *state_;
+  // Tell every live peer why, best effort and briefly: a notice is small and
+  // goes eagerly; a peer that cannot take it is gone anyway.
+  s.abort_text = reason.substr(0, s.kNoticeBytes);
+  std::vector<void*> sent;
+  for (int r = 0; r < size(); ++r) {
+    if (r == rank() || s.endpoints.empty() || s.peers[static_cast<std::size_t>(r)].dead) continue;
+    ucp_request_param_t param{};
+    void* req = ucp_tag_send_nbx(s.endpoints[static_cast<std::size_t>(r)], s.abort_text.data(),
+                                 s.abort_text.size(),
+                                 kNoticeTag | static_cast<ucp_tag_t>(rank()), &param);
+    if (UCS_PTR_IS_PTR(req)) sent.push_back(req);
+  }
+  const auto until = Clock::now() + std::chrono::milliseconds(200);
+  for (void* req : sent) {
+    while (ucp_request_check_status(req) == UCS_INPROGRESS && Clock::now() < until)
+      ucp_worker_progress(s.worker);
+    if (ucp_request_check_status(req) == UCS_INPROGRESS) ucp_request_cancel(s.worker, req);
+    ucp_request_free(req);
+  }
+  for (int r = 0; r < size(); ++r)
+    s.fail_peer(r, fmt::format("rank {} aborted: {}", rank(), reason));
+  for (int i = 0; i < 100; ++i) ucp_worker_progress(s.worker);
+  // Now, while the failed requests' buffers still exist: a receive whose
+  // rendezvous had begun cannot be cancelled, and its data would otherwise
+  // keep arriving (the destructor's progress wrote into freed memory).
+  ucx::close_endpoints(s);
+}
+
+}  // namespace chorus::transport
