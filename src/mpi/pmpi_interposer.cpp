@@ -1,0 +1,335 @@
+#include "mpi/pmpi_interposer.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+namespace chorus::pmpi {
+
+// ---- What maps onto Chorus -------------------------------------------------
+
+// The Chorus type of a predefined MPI datatype with exactly its
+// representation; MPI_BYTE (bitwise ops only, as MPI allows) is uint8.
+std::optional<DataType> chorus_type(MPI_Datatype t, MPI_Op op) {
+  if (t == MPI_FLOAT) return DataType::float32;
+  if (t == MPI_DOUBLE) return DataType::float64;
+  if (t == MPI_INT || t == MPI_INT32_T) return DataType::int32;
+  if (t == MPI_UNSIGNED || t == MPI_UINT32_T) return DataType::uint32;
+  if (t == MPI_INT64_T || t == MPI_LONG_LONG_INT || t == MPI_LONG_LONG) return DataType::int64;
+  if (t == MPI_UINT64_T || t == MPI_UNSIGNED_LONG_LONG) return DataType::uint64;
+  if (t == MPI_LONG) return sizeof(long) == 8 ? DataType::int64 : DataType::int32;
+  if (t == MPI_UNSIGNED_LONG) return sizeof(long) == 8 ? DataType::uint64 : DataType::uint32;
+  if (t == MPI_INT8_T || t == MPI_SIGNED_CHAR) return DataType::int8;
+  if (t == MPI_UINT8_T || t == MPI_UNSIGNED_CHAR) return DataType::uint8;
+  if (t == MPI_BYTE && (op == MPI_BAND || op == MPI_BOR || op == MPI_BXOR)) return DataType::uint8;
+  return std::nullopt;
+}
+
+std::optional<ReduceOp> chorus_op(MPI_Op op) {
+  if (op == MPI_SUM) return ReduceOp::sum;
+  if (op == MPI_PROD) return ReduceOp::prod;
+  if (op == MPI_MIN) return ReduceOp::min;
+  if (op == MPI_MAX) return ReduceOp::max;
+  if (op == MPI_BAND) return ReduceOp::band;
+  if (op == MPI_BOR) return ReduceOp::bor;
+  if (op == MPI_BXOR) return ReduceOp::bxor;
+  return std::nullopt;
+}
+
+// ---- Settings and counts -------------------------------------------------
+
+std::size_t min_bytes_from_env() {
+  const char* env = std::getenv("CHORUS_MPI_MIN_BYTES");
+  if (env == nullptr || *env == '\0') return kDefaultMinBytes;
+  char* end = nullptr;
+  const unsigned long long value = std::strtoull(env, &end, 10);
+  std::size_t scale = 1;
+  if (*end == 'K' || *end == 'k') scale = 1024, ++end;
+  else if (*end == 'M' || *end == 'm') scale = 1024 * 1024, ++end;
+  else if (*end == 'G' || *end == 'g') scale = std::size_t{1} << 30, ++end;
+  if (end == env || *end != '\0' || env[0] == '-') {
+    std::fprintf(stderr,
+                 "chorus_pmpi: CHORUS_MPI_MIN_BYTES='%s' is not a byte count (like 65536 or 64K); "
+                 "using %zu\n",
+                 env, kDefaultMinBytes);
+    return kDefaultMinBytes;
+  }
+  return static_cast<std::size_t>(value) * scale;
+}
+
+// ---- Per communicator -------------------------------------------------------
+
+Interposer& interposer() {
+  static Interposer* it = new Interposer;  // never destroyed: MPI may call in at exit
+  return *it;
+}
+
+int delete_entry(MPI_Comm, int, void* attribute, void*) {
+  auto& it = interposer();
+  std::lock_guard lock(it.mutex);
+  auto* entry = static_cast<CommEntry*>(attribute);
+  entry->chorus.reset();  // finishes its pending work, then closes
+  it.entries.remove_if([&](const CommEntry& e) { return &e == entry; });
+  return MPI_SUCCESS;
+}
+
+// Needs MPI initialized. From MPI_Init, or from the first call when MPI was
+// initialized some other way.
+void set_up(Interposer& it) {
+  std::lock_guard lock(it.mutex);
+  if (it.ready.load(std::memory_order_acquire)) return;
+  PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_entry, &it.keyval, nullptr);
+  PMPI_Add_error_class(&it.error_class);
+  it.min_bytes = min_bytes_from_env();
+  const char* verbose = std::getenv("CHORUS_MPI_VERBOSE");
+  it.verbose = verbose != nullptr && *verbose != '\0' && std::strcmp(verbose, "0") != 0;
+  it.ready.store(true, std::memory_order_release);
+}
+
+bool mpi_usable() {
+  int initialized = 0, finalized = 0;
+  PMPI_Initialized(&initialized);
+  PMPI_Finalized(&finalized);
+  return initialized && !finalized;
+}
+
+// The Chorus communicator of `comm`, made on its first taken-over call
+// (collective: every rank makes that call), or null with the route its
+// calls take instead. Connecting happens without the mutex, so that other
+// threads may use other communicators meanwhile (MPI forbids two threads
+// in collectives on one communicator).
+chorus::Communicator* communicator_of(Interposer& it, MPI_Comm comm, Route& route) {
+  std::unique_lock lock(it.mutex);
+  void* attribute = nullptr;
+  int found = 0;
+  if (PMPI_Comm_get_attr(comm, it.keyval, &attribute, &found) != MPI_SUCCESS) {
+    route = Route::invalid_arguments;
+    return nullptr;
+  }
+  if (!found) {
+    int inter = 0, size = 0;
+    PMPI_Comm_test_inter(comm, &inter);
+    PMPI_Comm_size(comm, &size);
+    auto& entry = it.entries.emplace_back();
+    if (inter) {
+      entry.route = Route::inter_communicator;
+    } else if (size < 2) {
+      entry.route = Route::one_rank;
+    } else {
+      lock.unlock();
+      std::string failure;
+      try {
+        entry.chorus.emplace(chorus::Communicator::from_mpi(comm));
+      } catch (const std::exception& e) {
+        failure = e.what();
+      }
+      // Chorus is used only where every rank connected, so that no call
+      // runs on Chorus on one rank and on MPI on another.
+      int ok = failure.empty() ? 1 : 0, all_ok = 0;
+      PMPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm);
+      lock.lock();
+      if (!all_ok) {
+        entry.chorus.reset();
+        entry.route = Route::not_connected;
+        std::fprintf(stderr, "chorus_pmpi: Chorus could not connect %s: %s; this communicator's "
+                     "calls go to MPI\n", failure.empty() ? "on another rank" : "",
+                     failure.c_str());
+      }
+    }
+    attribute = &entry;
+    PMPI_Comm_set_attr(comm, it.keyval, attribute);
+  }
+  auto* entry = static_cast<CommEntry*>(attribute);
+  if (!entry->chorus) {
+    route = entry->route == Route::chorus ? Route::finalizing : entry->route;
+    return nullptr;
+  }
+  return &*entry->chorus;
+}
+
+// MPI usable and the communicator given; the first check of every call.
+Route start(Interposer& it, MPI_Comm comm) {
+  if (!it.ready.load(std::memory_order_acquire)) {
+    if (!mpi_usable()) return Route::not_initialized;
+    set_up(it);
+  }
+  return comm == MPI_COMM_NULL ? Route::invalid_arguments : Route::chorus;
+}
+
+// The type and op of a reduction, as Chorus's.
+Route reduction(MPI_Datatype datatype, MPI_Op op, Taken& taken) {
+  const auto type = chorus_type(datatype, op);
+  if (!type) return Route::datatype;
+  const auto chorus_op_ = chorus_op(op);
+  if (!chorus_op_) return Route::op;
+  if (!chorus::is_supported(*type, *chorus_op_)) return Route::op_for_datatype;
+  taken.type = *type;
+  taken.op = *chorus_op_;
+  return Route::chorus;
+}
+
+// Calls that only move data take any predefined datatype without holes, as
+// bytes: its size, or 0 when it is not one.
+std::size_t contiguous_named_size(MPI_Datatype t) {
+  if (t == MPI_DATATYPE_NULL) return 0;
+  int integers = 0, addresses = 0, datatypes = 0, combiner = 0;
+  if (PMPI_Type_get_envelope(t, &integers, &addresses, &datatypes, &combiner) != MPI_SUCCESS ||
+      combiner != MPI_COMBINER_NAMED)
+    return 0;
+  int size = 0;
+  MPI_Aint lb = 0, extent = 0;
+  if (PMPI_Type_size(t, &size) != MPI_SUCCESS || PMPI_Type_get_extent(t, &lb, &extent) != MPI_SUCCESS)
+    return 0;
+  return size > 0 && lb == 0 && extent == size ? static_cast<std::size_t>(size) : 0;
+}
+
+// Past the argument checks: the size threshold, then the communicator.
+Route connect(Interposer& it, std::size_t bytes, MPI_Comm comm, Taken& taken) {
+  if (bytes < it.min_bytes) return Route::below_min_bytes;
+  Route r = Route::chorus;
+  taken.chorus = communicator_of(it, comm, r);
+  return taken.chorus ? Route::chorus : r;
+}
+
+int comm_size(MPI_Comm comm) {
+  int size = 0;
+  PMPI_Comm_size(comm, &size);
+  return size;
+}
+int comm_rank(MPI_Comm comm) {
+  int rank = 0;
+  PMPI_Comm_rank(comm, &rank);
+  return rank;
+}
+
+Route route(Interposer& it, const void* send, void* recv, int count, MPI_Datatype datatype,
+            MPI_Op op, MPI_Comm comm, Taken& taken) {
+  if (Route r = start(it, comm); r != Route::chorus) return r;
+  if (count < 0 || (count > 0 && recv == nullptr)) return Route::invalid_arguments;
+  if (Route r = reduction(datatype, op, taken); r != Route::chorus) return r;
+  taken.send = send == MPI_IN_PLACE ? recv : send;
+  return connect(it, static_cast<std::size_t>(count) * chorus::size_of(taken.type), comm, taken);
+}
+
+void tally(Interposer& it, Collective c, Route r) {
+  it.calls[c][static_cast<int>(r)].fetch_add(1, std::memory_order_relaxed);
+}
+
+// Reports a Chorus error through `comm`'s MPI error handler: returns the MPI
+// error code (MPI_ERRORS_RETURN), or does not return (MPI_ERRORS_ARE_FATAL,
+// after printing the whole message).
+int raise_error(Interposer& it, MPI_Comm comm, const char* function, const std::exception& e) {
+  std::string message = std::string("chorus: ") + function + ": " + e.what();
+  int code = 0;
+  {
+    std::lock_guard lock(it.mutex);
+    if (auto known = it.error_codes.find(message); known != it.error_codes.end()) {
+      code = known->second;
+    } else {
+      PMPI_Add_error_code(it.error_class, &code);
+      // The whole message is printed below when fatal; MPI's copy is cut
+      // short because Open MPI 4.1's fatal handler fails on long ones
+      // ("ORTE_ERROR_LOG: Data unpack would read past end of buffer").
+      std::string text = message.substr(0, 200);
+      PMPI_Add_error_string(code, text.c_str());
+      it.error_codes.emplace(message, code);
+    }
+  }
+  MPI_Errhandler handler = MPI_ERRHANDLER_NULL;
+  PMPI_Comm_get_errhandler(comm, &handler);
+  if (handler == MPI_ERRORS_ARE_FATAL) std::fprintf(stderr, "%s\n", message.c_str());
+  if (handler != MPI_ERRHANDLER_NULL) PMPI_Errhandler_free(&handler);
+  PMPI_Comm_call_errhandler(comm, code);
+  return code;
+}
+
+// ---- Generalized requests for MPI_Iallreduce ------------------------------------
+
+int query_request(void*, MPI_Status* status) {
+  PMPI_Status_set_elements(status, MPI_BYTE, 0);
+  PMPI_Status_set_cancelled(status, 0);
+  status->MPI_SOURCE = MPI_UNDEFINED;
+  status->MPI_TAG = MPI_UNDEFINED;
+  return MPI_SUCCESS;
+}
+int free_request(void*) { return MPI_SUCCESS; }
+int cancel_request(void*, int) { return MPI_SUCCESS; }  // a collective cannot be cancelled
+
+// Marks our requests among `requests` complete where their Chorus work is
+// done (all of them, waiting, when `wait`), so that the PMPI_ call that
+// follows sees them complete. Returns the first error, with its comm.
+std::optional<Failure> settle(int n, const MPI_Request* requests, bool wait) {
+  auto& it = interposer();
+  std::optional<Failure> failure;
+  for (int i = 0; i < n; ++i) {
+    std::unique_lock lock(it.mutex);
+    auto found = it.pending.find(requests[i]);
+    if (found == it.pending.end()) continue;
+    const auto work = found->second.work;
+    const MPI_Comm comm = found->second.comm;
+    if (wait) {
+      lock.unlock();  // blocks without the mutex; only this thread may wait on it
+      try {
+        work->wait();
+      } catch (...) {
+      }
+      lock.lock();
+    } else if (!work->test()) {
+      continue;
+    }
+    if (auto error = work->error(); error && !failure) failure = Failure{comm, *error};
+    it.pending.erase(requests[i]);
+    PMPI_Grequest_complete(requests[i]);
+  }
+  return failure;
+}
+
+// The Chorus work of the first of our requests among `requests`, if any.
+std::shared_ptr<chorus::Work> first_pending(int n, const MPI_Request* requests) {
+  auto& it = interposer();
+  std::lock_guard lock(it.mutex);
+  if (it.pending.empty()) return nullptr;
+  for (int i = 0; i < n; ++i)
+    if (auto found = it.pending.find(requests[i]); found != it.pending.end())
+      return found->second.work;
+  return nullptr;
+}
+
+bool any_pending(int n, const MPI_Request* requests) { return first_pending(n, requests) != nullptr; }
+
+// Lets MPI progress its own requests without completing any of the caller's.
+void progress_mpi() {
+  int flag = 0;
+  PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_SELF, &flag, MPI_STATUS_IGNORE);
+}
+
+int report(std::optional<Failure> failure, const char* function, int rc) {
+  if (!failure) return rc;
+  return raise_error(interposer(), failure->comm, function, failure->error);
+}
+
+void print_counts(Interposer& it) {
+  int rank = 0;
+  PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::string text;
+  for (int c = 0; c < kCollectiveCount; ++c) {
+    unsigned long long passed = 0;
+    std::string reasons;
+    for (int r = 1; r < kRouteCount; ++r) {
+      const auto calls = it.calls[c][r].load();
+      if (calls == 0) continue;
+      passed += calls;
+      reasons += (reasons.empty() ? "" : "; ") + std::to_string(calls) + " " + kRouteReasons[r];
+    }
+    text += "chorus_pmpi: rank " + std::to_string(rank) + ": " + kCollectiveNames[c] + ": " +
+            std::to_string(it.calls[c][0].load()) + " calls taken over by Chorus, " +
+            std::to_string(passed) + " passed to MPI" +
+            (reasons.empty() ? "" : " (" + reasons + ")") + "\n";
+  }
+  text += "chorus_pmpi: rank " + std::to_string(rank) +
+          ": CHORUS_MPI_MIN_BYTES=" + std::to_string(it.min_bytes) + "\n";
+  std::fputs(text.c_str(), stderr);
+}
+
+}  // namespace chorus::pmpi
