@@ -7,6 +7,11 @@
 // min(2^k, p - 2^k) blocks it has gathered so far to rank - 2^k and receives
 // as many from rank + 2^k, so ceil(log2 p) steps instead of p - 1; blocks
 // collect in scratch in rotated order and are put in place at the end.
+//
+//   Bruck, p = 5 (rank r holds [r] first):
+//     step 0: r sends its 1 block to r - 1     -> holds [r, r+1]
+//     step 1: r sends its 2 blocks to r - 2    -> holds [r .. r+3]
+//     step 2: r sends 1 block (5 - 4) to r - 4 -> holds all 5, rotated by r
 #include "coll/collectives.hpp"
 
 #include "coll/patterns/ring.hpp"

@@ -10,6 +10,11 @@
 // ranks on, keeping its index, so after all steps index i holds the block
 // from rank - i. Each step packs about half the blocks, so the bytes moved
 // grow by log2(p) / 2: it pays only while per-message costs dominate.
+//
+//   pairwise, p = 4 (all posted at once)    Bruck, p = 4 (indices 0..3 after rotation)
+//     s = 1: r -> r+1, r <- r-1               step 0 (bit 0): indices 1, 3 move 1 rank on
+//     s = 2: r -> r+2, r <- r-2               step 1 (bit 1): indices 2, 3 move 2 ranks on
+//     s = 3: r -> r+3, r <- r-3
 #include "coll/collectives.hpp"
 
 #include <cstring>

@@ -1,6 +1,8 @@
 // Dissemination barrier: in round k every rank signals rank + 2^k and waits
 // for rank - 2^k; after ceil(log2 p) rounds each rank has heard, directly or
 // not, from every other, whatever p is.
+//
+//   p = 5   round 0: r -> r+1   round 1: r -> r+2   round 2: r -> r+4 (mod 5)
 #include "coll/collectives.hpp"
 
 namespace chorus::coll {

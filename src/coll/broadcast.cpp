@@ -3,6 +3,12 @@
 // root, cut into segments that each rank forwards as soon as it has them,
 // so that every link carries the buffer once and the time is about
 // (p - 2 + segments) segment transfers instead of log2(p) whole buffers.
+// Which runs is the registry's choice (coll/registry.cpp).
+//
+//   binomial tree, root 0, p = 8:        chain, root 0, p = 4, segments s0 s1 s2:
+//     step 0: 0 -> 4                       0 -s0-> 1 -s0-> 2 -s0-> 3
+//     step 1: 0 -> 2, 4 -> 6               0 -s1-> 1 -s1-> 2 ...     (each link busy
+//     step 2: 0->1, 2->3, 4->5, 6->7       0 -s2-> 1 ...              with the next one)
 #include "coll/collectives.hpp"
 
 #include <algorithm>

@@ -8,6 +8,11 @@
 //             everyone), then an all-to-all allgather. 2 latency steps,
 //             2(p-1)/p * n bytes per rank.
 //
+//   one-shot, p = 3:        two-shot, p = 3 (chunks A B C):
+//     0 --all--> 1, 2         round 1: r sends chunk j to rank j
+//     1 --all--> 0, 2                  (rank 0 reduces A, 1 B, 2 C)
+//     2 --all--> 0, 1         round 2: r sends its reduced chunk to all
+//
 // Contributions are always combined in rank order 0, 1, ..., p-1, whatever
 // order they arrive in, so every rank ends bit-identical. Same contract as
 // ring.hpp otherwise.

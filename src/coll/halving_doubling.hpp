@@ -8,6 +8,11 @@
 // recursive_doubling.hpp (fold.hpp). Each block is reduced by one rank in a fixed
 // order and then copied, so all ranks end bit-identical. Same contract as
 // ring.hpp otherwise.
+//
+//   p = 4, blocks A B C D      halving (patterns/halving.hpp)   doubling
+//   step 0: 0<->2, 1<->3       keep A B | C D                   step 2: 0<->1, 2<->3
+//   step 1: 0<->1, 2<->3       keep A | B | C | D (reduced)     step 3: 0<->2, 1<->3
+//                                                                (held blocks double)
 #pragma once
 
 #include "coll/collective.hpp"

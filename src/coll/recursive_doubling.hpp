@@ -10,6 +10,10 @@
 // bitwise b op a for every supported op, so all ranks end bit-identical.
 // Same contract as ring.hpp otherwise: any p >= 1, count, dtype, op, in
 // place or not.
+//
+//   p = 4      step 0 (bit 0)     step 1 (bit 1)
+//   rank 0  <-> rank 1         0 <-> 2          each exchange: the whole
+//   rank 2  <-> rank 3         1 <-> 3          buffer, both ends reduce
 #pragma once
 
 #include "coll/collective.hpp"

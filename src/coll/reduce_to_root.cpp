@@ -8,6 +8,11 @@
 // blocks to the root, so every rank sends about 2 (p - 1) / p of the buffer
 // and the reduction work is shared, instead of the tree's log2(p) whole
 // buffers.
+//
+//   binomial tree to root 0, p = 8        reduce-scatter + gather, p = 4:
+//     step 0: 1->0, 3->2, 5->4, 7->6        ring reduce-scatter (patterns/ring.hpp):
+//     step 1: 2->0, 6->4                    rank j holds block j reduced; then
+//     step 2: 4->0                          1, 2, 3 -> root (linear gather)
 #include "coll/collectives.hpp"
 
 #include "reduce/reduce.hpp"

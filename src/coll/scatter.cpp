@@ -2,6 +2,10 @@
 // sends at once, each from its block of send, and every other rank receives
 // its block straight into recv. Each byte crosses the network once; the
 // root's link carries (p - 1) blocks whatever the schedule.
+//
+//              /--block 1--> 1
+//   root 0 ----+--block 2--> 2   (all sends posted at once)
+//              \--block 3--> 3
 #include "coll/collectives.hpp"
 
 #include <cstring>
