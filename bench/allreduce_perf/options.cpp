@@ -56,9 +56,7 @@ std::vector<ReduceOp> parse_ops(const std::string& text) {
 std::vector<std::string> parse_algorithms(const std::string& text, coll::CollectiveKind kind) {
   if (text == "all") {
     std::vector<std::string> names;
-    for (const coll::AlgorithmRow& row : coll::rows_of(kind))
-      if (std::find(names.begin(), names.end(), row.family) == names.end())
-        names.emplace_back(row.family);
+    for (std::string_view family : coll::family_names(kind)) names.emplace_back(family);
     names.emplace_back("auto");
     return names;
   }

@@ -94,4 +94,14 @@ void direct_two_shot_allreduce(const Collective& c, const void* send, void* recv
       [&](int q) { return out + chunk_offset(q); }, chunk_bytes);
 }
 
+double direct_one_shot_cost(const CostModel& m, double n, int ranks) {
+  const double p = ranks;
+  return m.alpha + (p - 2) * m.overhead + (p - 1) * n * (m.beta + m.gamma);
+}
+
+double direct_two_shot_cost(const CostModel& m, double n, int ranks) {
+  const double p = ranks, share = (p - 1) / p;
+  return 2 * (m.alpha + (p - 2) * m.overhead) + 2 * share * n * m.beta + share * n * m.gamma;
+}
+
 }  // namespace chorus::coll

@@ -19,6 +19,7 @@
 #pragma once
 
 #include "coll/collective.hpp"
+#include "coll/cost_model.hpp"
 
 #include <chorus/types.hpp>
 
@@ -30,5 +31,7 @@ void direct_one_shot_allreduce(const Collective& c, const void* send, void* recv
                                DataType type, ReduceOp op);
 void direct_two_shot_allreduce(const Collective& c, const void* send, void* recv, std::size_t count,
                                DataType type, ReduceOp op);
+double direct_one_shot_cost(const CostModel& m, double bytes, int ranks);
+double direct_two_shot_cost(const CostModel& m, double bytes, int ranks);
 
 }  // namespace chorus::coll

@@ -2,6 +2,8 @@
 
 #include "reduce/reduce.hpp"
 
+#include <bit>
+#include <cmath>
 #include <vector>
 
 namespace chorus::coll {
@@ -39,6 +41,11 @@ void PowerOfTwoFold::finish() {
     c_.wait(*t.irecv(r + 1, c_.message_tag(0, 1, 0), buf_, bytes));
   else
     c_.wait(*t.isend(r - 1, c_.message_tag(0, 1, 0), buf_, bytes));
+}
+
+double fold_cost(const CostModel& m, double n, int ranks) {
+  if (std::has_single_bit(static_cast<unsigned>(ranks))) return 0;
+  return 2 * m.alpha + 2 * n * m.beta + n * m.gamma;
 }
 
 }  // namespace chorus::coll

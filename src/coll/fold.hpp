@@ -7,6 +7,7 @@
 #pragma once
 
 #include "coll/collective.hpp"
+#include "coll/cost_model.hpp"
 
 #include <chorus/types.hpp>
 

@@ -5,6 +5,8 @@
 
 #include "reduce/reduce.hpp"
 
+#include <bit>
+#include <cmath>
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -67,6 +69,12 @@ void halving_doubling_allreduce(const Collective& c, const void* send, void* rec
   }
 
   fold.finish();
+}
+
+double halving_doubling_cost(const CostModel& m, double n, int ranks) {
+  const int p2 = static_cast<int>(std::bit_floor(static_cast<unsigned>(ranks)));
+  const double s2 = (p2 - 1.0) / p2, log_p2 = std::log2(p2);
+  return fold_cost(m, n, ranks) + 2 * log_p2 * m.alpha + 2 * s2 * n * m.beta + s2 * n * m.gamma;
 }
 
 }  // namespace chorus::coll

@@ -16,6 +16,7 @@
 #pragma once
 
 #include "coll/collective.hpp"
+#include "coll/cost_model.hpp"
 
 #include <chorus/types.hpp>
 
@@ -25,5 +26,6 @@ namespace chorus::coll {
 
 void halving_doubling_allreduce(const Collective& c, const void* send, void* recv,
                                 std::size_t count, DataType type, ReduceOp op);
+double halving_doubling_cost(const CostModel& m, double bytes, int ranks);
 
 }  // namespace chorus::coll

@@ -4,6 +4,8 @@
 
 #include "reduce/reduce.hpp"
 
+#include <bit>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -35,6 +37,11 @@ void recursive_doubling_allreduce(const Collective& c, const void* send, void* r
   }
   if (op == ReduceOp::avg && bytes) reduce::divide(recv, count, type, static_cast<std::size_t>(p));
   fold.finish();
+}
+
+double recursive_doubling_cost(const CostModel& m, double n, int ranks) {
+  const double log_p2 = std::log2(std::bit_floor(static_cast<unsigned>(ranks)));
+  return fold_cost(m, n, ranks) + log_p2 * (m.alpha + n * (m.beta + m.gamma));
 }
 
 }  // namespace chorus::coll

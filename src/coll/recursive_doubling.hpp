@@ -17,6 +17,7 @@
 #pragma once
 
 #include "coll/collective.hpp"
+#include "coll/cost_model.hpp"
 
 #include <chorus/types.hpp>
 
@@ -26,5 +27,6 @@ namespace chorus::coll {
 
 void recursive_doubling_allreduce(const Collective& c, const void* send, void* recv,
                                   std::size_t count, DataType type, ReduceOp op);
+double recursive_doubling_cost(const CostModel& m, double bytes, int ranks);
 
 }  // namespace chorus::coll

@@ -56,22 +56,24 @@ std::vector<std::size_t> equal_counts(const Collective& c, std::size_t count) {
 }
 
 constexpr AlgorithmRow kRows[] = {
-    // AllReduce, in Variant order; chosen by the cost model (selector.hpp).
-    {0, K::allreduce, "ring", "ring", "reduce-scatter + allgather around a ring, pipelined", any_p,
-     never, allreduce<ring_allreduce>},
-    {1, K::allreduce, "tree", "tree", "double binary tree, pipelined", any_p, never,
-     allreduce<tree_allreduce>},
-    {2, K::allreduce, "direct_one_shot", "direct", "every rank sends its whole buffer to all",
-     any_p, never, allreduce<direct_one_shot_allreduce>},
-    {3, K::allreduce, "direct_two_shot", "direct",
+    // AllReduce, in Variant order (ties go to the earlier); chosen by the
+    // cost model (selector.hpp), each priced by its formula when the probe
+    // has not measured it.
+    {0, K::allreduce, "tree", "tree", "double binary tree, pipelined", any_p, never,
+     allreduce<tree_allreduce>, tree_cost},
+    {1, K::allreduce, "direct_two_shot", "direct",
      "all-to-all reduce-scatter, then all-to-all allgather", any_p, never,
-     allreduce<direct_two_shot_allreduce>},
-    {4, K::allreduce, "halving_doubling", "halving_doubling",
+     allreduce<direct_two_shot_allreduce>, direct_two_shot_cost},
+    {2, K::allreduce, "ring", "ring", "reduce-scatter + allgather around a ring, pipelined", any_p,
+     never, allreduce<ring_allreduce>, ring_cost},
+    {3, K::allreduce, "halving_doubling", "halving_doubling",
      "recursive halving + doubling (Rabenseifner), odd ranks folded", any_p, never,
-     allreduce<halving_doubling_allreduce>},
-    {5, K::allreduce, "recursive_doubling", "recursive_doubling",
+     allreduce<halving_doubling_allreduce>, halving_doubling_cost},
+    {4, K::allreduce, "recursive_doubling", "recursive_doubling",
      "pairwise exchange of the whole buffer, log2 p steps", any_p, never,
-     allreduce<recursive_doubling_allreduce>},
+     allreduce<recursive_doubling_allreduce>, recursive_doubling_cost},
+    {5, K::allreduce, "direct_one_shot", "direct", "every rank sends its whole buffer to all",
+     any_p, never, allreduce<direct_one_shot_allreduce>, direct_one_shot_cost},
 
     {6, K::broadcast, "chain", "chain", "segments passed along the ring from the root", any_p,
      broadcast_chain_preferred,
@@ -177,9 +179,15 @@ constexpr bool ids_are_indices_and_kinds_in_order() {
 }
 static_assert(ids_are_indices_and_kinds_in_order(),
               "a row's id is its index, and a collective's rows are contiguous");
-static_assert(kRows[static_cast<int>(Variant::direct_two_shot)].name == "direct_two_shot" &&
-                  kRows[static_cast<int>(Variant::recursive_doubling)].name == "recursive_doubling",
-              "AllReduce's rows are in Variant order");
+constexpr bool allreduce_rows_are_variants() {
+  int rows = 0;
+  for (const AlgorithmRow& row : kRows) rows += row.kind == K::allreduce && row.cost != nullptr;
+  return rows == kVariantCount && kRows[static_cast<int>(Variant::ring)].name == "ring" &&
+         kRows[static_cast<int>(Variant::direct_one_shot)].name == "direct_one_shot";
+}
+static_assert(allreduce_rows_are_variants(),
+              "AllReduce's rows come first, kVariantCount of them with a cost formula, in "
+              "Variant order");
 
 }  // namespace
 
@@ -203,13 +211,23 @@ std::string_view algorithm_name(std::uint8_t id) noexcept {
   return id < std::size(kRows) ? kRows[id].name : "unknown algorithm";
 }
 
+std::vector<std::string_view> family_names(CollectiveKind kind) {
+  std::vector<std::string_view> names;
+  if (kind == CollectiveKind::allreduce) {  // the public Algorithm's order
+    for (int a = 1; a < kAlgorithmCount; ++a) names.push_back(to_string(static_cast<Algorithm>(a)));
+    return names;
+  }
+  for (const AlgorithmRow& row : rows_of(kind))
+    if (std::find(names.begin(), names.end(), row.family) == names.end())
+      names.push_back(row.family);
+  return names;
+}
+
 std::string names_of(CollectiveKind kind) {
   std::vector<std::string_view> names{"auto"};
-  for (const AlgorithmRow& row : rows_of(kind)) {
-    if (row.family != row.name && std::find(names.begin(), names.end(), row.family) == names.end())
-      names.push_back(row.family);
-    names.push_back(row.name);
-  }
+  for (std::string_view family : family_names(kind)) names.push_back(family);
+  for (const AlgorithmRow& row : rows_of(kind))
+    if (row.family != row.name) names.push_back(row.name);
   return fmt::format("{}", fmt::join(names, ", "));
 }
 

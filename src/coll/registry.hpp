@@ -11,12 +11,14 @@
 // chosen by its measured cost model (coll/selector.hpp) instead of the
 // rows' `preferred` thresholds.
 //
-// Adding an algorithm: its file in coll/, and its row (with the declaration
-// of its function) in registry.cpp. Nothing else names it.
+// Adding an algorithm: its file in coll/ (the algorithm, and for AllReduce
+// its cost formula), and its row in registry.cpp (for AllReduce,
+// kVariantCount one higher: a static_assert says so). Nothing else names it.
 #pragma once
 
 #include "coll/call_check.hpp"
 #include "coll/collectives.hpp"
+#include "coll/cost_model.hpp"
 
 #include <chorus/algorithm.hpp>
 
@@ -24,6 +26,7 @@
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <vector>
 
 namespace chorus::coll {
 
@@ -59,6 +62,9 @@ struct AlgorithmRow {
   // Thresholds measured at p = 4 (docs/tuning.md). Unused for AllReduce.
   bool (*preferred)(std::size_t bytes, int p);
   void (*run)(const Collective& c, const Operands& operands);
+  // AllReduce: its alpha-beta-gamma price (cost_model.hpp), beside the
+  // algorithm; null for the other collectives.
+  CostFormula cost = nullptr;
 };
 
 // All rows, by id.
@@ -69,7 +75,11 @@ std::span<const AlgorithmRow> rows_of(CollectiveKind kind) noexcept;
 const AlgorithmRow* find_row(CollectiveKind kind, std::string_view name) noexcept;
 // "ring"; "unknown algorithm" for an id no row has (a peer's byte may be anything).
 std::string_view algorithm_name(std::uint8_t id) noexcept;
-// "ring, bruck": the names forcing accepts for `kind`, for error messages.
+// The names that force a family of `kind`'s rows, each once: AllReduce's in
+// the public Algorithm order (ring, tree, direct, ...), the others' in row order.
+std::vector<std::string_view> family_names(CollectiveKind kind);
+// "auto, ring, bruck": every name forcing accepts for `kind` (families, then
+// the rows named apart from their family), for messages.
 std::string names_of(CollectiveKind kind);
 
 // The size the thresholds speak of: AllReduce's, broadcast's and reduce's

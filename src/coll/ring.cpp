@@ -35,4 +35,9 @@ void ring_allreduce(const Collective& c, const void* send, void* recv, std::size
   ring_allgather(c, blocks, esize, out, 1, 1);
 }
 
+double ring_cost(const CostModel& m, double n, int ranks) {
+  const double p = ranks, share = (p - 1) / p;  // of the buffer a rank reduces and sends per phase
+  return 2 * (p - 1) * m.alpha + 2 * share * n * m.beta + share * n * m.gamma;
+}
+
 }  // namespace chorus::coll

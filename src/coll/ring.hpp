@@ -11,6 +11,7 @@
 #pragma once
 
 #include "coll/collective.hpp"
+#include "coll/cost_model.hpp"
 
 #include <chorus/types.hpp>
 
@@ -20,5 +21,7 @@ namespace chorus::coll {
 
 void ring_allreduce(const Collective& c, const void* send, void* recv, std::size_t count,
                     DataType type, ReduceOp op);
+// 2(p-1) alpha + 2(p-1)/p n beta + (p-1)/p n gamma.
+double ring_cost(const CostModel& m, double bytes, int ranks);
 
 }  // namespace chorus::coll

@@ -31,15 +31,8 @@ std::string_view to_string(Variant v) noexcept {
 }
 
 Algorithm family(Variant v) noexcept {
-  switch (v) {
-    case Variant::ring: return Algorithm::ring;
-    case Variant::tree: return Algorithm::tree;
-    case Variant::direct_one_shot:
-    case Variant::direct_two_shot: return Algorithm::direct;
-    case Variant::halving_doubling: return Algorithm::halving_doubling;
-    case Variant::recursive_doubling: return Algorithm::recursive_doubling;
-  }
-  return Algorithm::automatic;
+  return parse_algorithm(registry()[static_cast<std::size_t>(v)].family)
+      .value_or(Algorithm::automatic);
 }
 
 double predicted_seconds(Variant v, const CostModel& m, std::size_t bytes, int ranks) {
@@ -52,38 +45,7 @@ double predicted_seconds(Variant v, const CostModel& m, std::size_t bytes, int r
     const double slope = std::max(0.0, (t[i + 1] - t[i]) / static_cast<double>(at[i + 1] - at[i]));
     return std::max(0.0, t[i] + slope * (static_cast<double>(bytes) - static_cast<double>(at[i])));
   }
-  const double n = static_cast<double>(bytes), p = ranks;
-  const int p2 = static_cast<int>(std::bit_floor(static_cast<unsigned>(ranks)));
-  const double log_p2 = std::log2(p2), log_p = std::ceil(std::log2(p));
-  // A non-power-of-two count folds: the extra ranks hand their whole buffer
-  // to a partner (reduced there) and get the result back.
-  const double fold = ranks == p2 ? 0 : 2 * m.alpha + 2 * n * m.beta + n * m.gamma;
-  const double share = (p - 1) / p;  // of the buffer a rank reduces and sends per phase
-  switch (v) {
-    case Variant::ring:
-      return 2 * (p - 1) * m.alpha + 2 * share * n * m.beta + share * n * m.gamma;
-    case Variant::tree: {
-      // Two half-buffer trees at once, pipelined. With p = 2 each rank is
-      // the root of one tree and the leaf of the other: ring's traffic. With
-      // more, an interior rank takes two halves in and sends one up, then
-      // one in and two down.
-      const double moved = ranks == 2 ? 1.0 : 2.0;
-      const double extra_messages = ranks == 2 ? 0.0 : 2.0;  // an interior rank's other child and tree
-      return 2 * log_p * (m.alpha + extra_messages * m.overhead) + moved * n * m.beta +
-             moved / 2 * n * m.gamma;
-    }
-    case Variant::direct_one_shot:
-      return m.alpha + (p - 2) * m.overhead + (p - 1) * n * (m.beta + m.gamma);
-    case Variant::direct_two_shot:
-      return 2 * (m.alpha + (p - 2) * m.overhead) + 2 * share * n * m.beta + share * n * m.gamma;
-    case Variant::halving_doubling: {
-      const double s2 = (p2 - 1.0) / p2;
-      return fold + 2 * log_p2 * m.alpha + 2 * s2 * n * m.beta + s2 * n * m.gamma;
-    }
-    case Variant::recursive_doubling:
-      return fold + log_p2 * (m.alpha + n * (m.beta + m.gamma));
-  }
-  return 0;
+  return registry()[static_cast<std::size_t>(v)].cost(m, static_cast<double>(bytes), ranks);
 }
 
 Tuning read_tuning(const std::string& path) {
@@ -160,17 +122,6 @@ void write_tuning(const std::string& path, const Tuning& tuning) {
     throw Error(ErrorCode::invalid_argument, fmt::format("tuning file {}: cannot be written", path));
 }
 
-namespace {
-// Several variants often cost the same in the model (at p = 2 ring, tree,
-// two-shot and halving-doubling move the same bytes in the same steps); a
-// tie goes to the earlier here, the order in which they pipelined best in
-// allreduce_perf -A all on the development machine (docs/tuning.md).
-constexpr Variant kTiePreference[] = {Variant::tree,           Variant::direct_two_shot,
-                                      Variant::ring,           Variant::halving_doubling,
-                                      Variant::recursive_doubling, Variant::direct_one_shot};
-static_assert(std::size(kTiePreference) == kVariantCount);
-}  // namespace
-
 Selector::Selector(CostModel model, Tuning tuning) : model_(model), tuning_(std::move(tuning)) {}
 
 Choice Selector::choose(Algorithm requested, std::size_t bytes, int ranks) const {
@@ -181,7 +132,12 @@ Choice Selector::choose(Algorithm requested, std::size_t bytes, int ranks) const
   }
   Choice best{Variant::ring, 0, requested == Algorithm::automatic ? "cost model" : "forced"};
   bool found = false;
-  for (Variant v : kTiePreference) {
+  // Several variants often cost the same in the model (at p = 2 ring, tree,
+  // two-shot and halving-doubling move the same bytes in the same steps); a
+  // tie goes to the earlier row: the order in which they pipelined best in
+  // allreduce_perf -A all on the development machine (docs/tuning.md).
+  for (const AlgorithmRow& row : rows_of(CollectiveKind::allreduce)) {
+    const auto v = static_cast<Variant>(row.id);
     if (requested != Algorithm::automatic && family(v) != requested) continue;
     const double t = predicted_seconds(v, model_, bytes, ranks);
     if (!found || t < best.predicted_seconds * (1 - 1e-9)) {  // a tie keeps the earlier one

@@ -17,6 +17,7 @@
 #pragma once
 
 #include "coll/collective.hpp"
+#include "coll/cost_model.hpp"
 
 #include <chorus/algorithm.hpp>
 #include <chorus/types.hpp>
@@ -29,46 +30,10 @@
 
 namespace chorus::coll {
 
-// AllReduce's rows of the registry (coll/registry.hpp), by id: the cost
-// model's arrays are indexed by them.
-enum class Variant : std::uint8_t {
-  ring,
-  tree,
-  direct_one_shot,
-  direct_two_shot,
-  halving_doubling,
-  recursive_doubling,
-};
-inline constexpr int kVariantCount = 6;
-
 std::string_view to_string(Variant v) noexcept;
 // The public Algorithm a variant belongs to (the counters' index).
 Algorithm family(Variant v) noexcept;
 
-struct CostModel {
-  double alpha = 0, beta = 0, gamma = 0;
-  double overhead = 0;  // seconds each further message of one step adds
-  // Each variant's time at kCalibrationBytes, as the probe measured it (a
-  // variant it stopped timing, far behind, grows from its last time as the
-  // least-growing timed one did, so it never overtakes them); between them the
-  // time is taken as linear in the size (beyond the last, with the last
-  // slope): alpha-beta-gamma terms with this machine's and this
-  // implementation's constants, which the formulas cannot know (what a step
-  // costs when ranks outnumber cores, how well a variant pipelines). When
-  // present they decide; the formulas are the fallback.
-  // The last point (8 MiB) is where buffers leave the cache and the
-  // variants that do not pipeline fall behind (beyond 2 MiB the slope from
-  // 512 KiB chose a 1.2-1.8x slower variant at 8-32 MiB, p = 4, in 9 of 15
-  // probes). The probe times only the three best at 2 MiB there, and only
-  // up to kLargePointRanks ranks; beyond, every variant carries its
-  // 512 KiB-2 MiB slope on.
-  static constexpr int kCalibrationPoints = 11;  // 8 B to 8 MiB, by factors of 4
-  static constexpr std::size_t kCalibrationBytes[kCalibrationPoints] = {
-      8, 32, 128, 512, 2 << 10, 8 << 10, 32 << 10, 128 << 10, 512 << 10, 2 << 20, 8 << 20};
-  static constexpr int kLargePointRanks = 8;
-  bool calibrated = false;
-  double measured[kVariantCount][kCalibrationPoints] = {};  // seconds at kCalibrationBytes
-};
 // Predicted seconds for `bytes` over `ranks` ranks: the measured line when
 // the model is calibrated, else the alpha-beta-gamma formula.
 double predicted_seconds(Variant v, const CostModel& model, std::size_t bytes, int ranks);

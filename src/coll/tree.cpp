@@ -2,6 +2,8 @@
 
 #include "reduce/reduce.hpp"
 
+#include <bit>
+#include <cmath>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -225,6 +227,18 @@ void tree_allreduce(const Collective& c, const void* send, void* recv, std::size
     }
     c.wait(*blocker, advance_both);
   }
+}
+
+double tree_cost(const CostModel& m, double n, int ranks) {
+  // Two half-buffer trees at once, pipelined. With p = 2 each rank is the
+  // root of one tree and the leaf of the other: ring's traffic. With more,
+  // an interior rank takes two halves in and sends one up, then one in and
+  // two down.
+  const double log_p = std::ceil(std::log2(static_cast<double>(ranks)));
+  const double moved = ranks == 2 ? 1.0 : 2.0;
+  const double extra_messages = ranks == 2 ? 0.0 : 2.0;  // an interior rank's other child and tree
+  return 2 * log_p * (m.alpha + extra_messages * m.overhead) + moved * n * m.beta +
+         moved / 2 * n * m.gamma;
 }
 
 }  // namespace chorus::coll

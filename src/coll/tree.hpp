@@ -25,6 +25,7 @@
 #pragma once
 
 #include "coll/collective.hpp"
+#include "coll/cost_model.hpp"
 
 #include <chorus/types.hpp>
 
@@ -35,6 +36,7 @@ namespace chorus::coll {
 
 void tree_allreduce(const Collective& c, const void* send, void* recv, std::size_t count,
                     DataType type, ReduceOp op);
+double tree_cost(const CostModel& m, double bytes, int ranks);
 
 // Rank `rank`'s place in tree `which` (0 or 1) over p ranks; for tests.
 struct TreeLinks {
