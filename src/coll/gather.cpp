@@ -4,9 +4,9 @@
 // byte crosses the network once; the root's link is the bottleneck, as it
 // must be whatever the schedule (it receives (p - 1) blocks).
 //
-//   1 --block 1--\
-//   2 --block 2---> root 0 (all receives posted at once)
-//   3 --block 3--/
+//   rank 1 --block 1--+
+//   rank 2 --block 2--+--> root 0 (all p - 1 receives posted at once)
+//   rank 3 --block 3--+
 #include "coll/collectives.hpp"
 
 #include <cstring>

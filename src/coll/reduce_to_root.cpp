@@ -15,6 +15,7 @@
 //     step 2: 4->0                          1, 2, 3 -> root (linear gather)
 #include "coll/collectives.hpp"
 
+#include "coll/patterns/tree_reduce.hpp"
 #include "reduce/reduce.hpp"
 
 #include <algorithm>
@@ -22,68 +23,38 @@
 #include <vector>
 
 namespace chorus::coll {
-namespace {
-
-// The tree's messages are cut into segments of this size, with up to
-// kWindow of them posted ahead from each child.
-constexpr std::size_t kSegmentBytes = 128 * 1024;
-constexpr std::size_t kWindow = 4;
-
-}  // namespace
 
 void reduce_binomial(const Collective& c, const void* send, void* recv, std::size_t count,
                      DataType type, ReduceOp op, int root) {
   transport::Transport& t = c.transport;
   const int p = t.size(), r = t.rank(), vr = (r - root + p) % p;
   const std::size_t esize = size_of(type), bytes = count * esize;
-  std::vector<int> children;  // nearest subtree first: the order of reduction
+  TreeReduce::Shape shape;  // nearest subtree first: the order of reduction
   int mask = 1;
   for (; mask < p && !(vr & mask); mask <<= 1)
-    if (vr + mask < p) children.push_back((vr + mask + root) % p);
-  const int parent = vr > 0 ? (vr - mask + root) % p : -1;
-
-  std::size_t segment = std::max(kSegmentBytes, (bytes + kMaxSegments - 1) / kMaxSegments);
-  segment = std::min((segment + esize - 1) / esize * esize, bytes);  // whole elements
-  const std::size_t segments = bytes ? (bytes + segment - 1) / segment : 0;
-  auto length_of = [&](std::size_t s) { return std::min(segment, bytes - s * segment); };
-  auto tag_of = [&](std::size_t s) { return c.message_tag(0, 0, static_cast<unsigned>(s)); };
-
-  // Each child's segments land in kWindow slots of scratch, refilled as
-  // they are reduced. The result: recv at the root, scratch elsewhere; a
-  // leaf has none and sends straight from its input.
-  const std::size_t window = std::min(kWindow, segments);
-  std::byte* slots = c.scratch_buffer(1, children.size() * window * segment);
-  auto slot = [&](std::size_t child, std::size_t s) {
-    return slots + (child * window + s % window) * segment;
-  };
-  std::vector<transport::RequestPtr> receives(children.size() * window), sends;
-  auto post = [&](std::size_t child, std::size_t s) {
-    receives[child * window + s % window] =
-        t.irecv(children[child], tag_of(s), slot(child, s), length_of(s));
-  };
-  for (std::size_t s = 0; s < window; ++s)
-    for (std::size_t child = 0; child < children.size(); ++child) post(child, s);
-  std::byte* own = r == root             ? static_cast<std::byte*>(recv)
-                   : children.empty()    ? nullptr
-                                         : c.scratch_buffer(0, bytes);
+    if (vr + mask < p) shape.children.push_back((vr + mask + root) % p);
+  shape.parent = vr > 0 ? (vr - mask + root) % p : -1;
+  // The partial result: recv at the root, scratch elsewhere; a leaf has none
+  // and sends straight from its input.
   const auto* input = static_cast<const std::byte*>(send);
-
-  // Segment by segment: so a parent reduces the first segments while the
-  // later ones are still on the way, and forwards each as soon as it has it.
-  for (std::size_t s = 0; s < segments; ++s) {
-    const std::size_t first = s * segment, n = length_of(s) / esize;
-    const std::byte* partial = input + first;
-    for (std::size_t child = 0; child < children.size(); ++child) {
-      c.wait(*receives[child * window + s % window]);
-      reduce::reduce(own + first, partial, slot(child, s), n, type, op);  // partial op child
-      partial = own + first;
-      if (s + window < segments) post(child, s + window);
+  std::byte* own = r == root                ? static_cast<std::byte*>(recv)
+                   : shape.children.empty() ? nullptr
+                                            : c.scratch_buffer(0, bytes);
+  const bool lone = shape.children.empty();
+  TreeReduce tree(c, std::move(shape), input, own, count, type, op,
+                  [&](std::size_t s) { return c.message_tag(0, 0, static_cast<unsigned>(s)); }, 1);
+  while (!tree.done()) {
+    transport::RequestPtr blocker;
+    try {  // a failed request is thrown by advance(): end the call properly
+      if (tree.advance()) continue;
+      blocker = tree.blocker();
+    } catch (const Error& e) {
+      c.fail(e);
     }
-    if (parent >= 0) sends.push_back(t.isend(parent, tag_of(s), partial, length_of(s)));
+    if (blocker) c.wait(*blocker, [&] { tree.advance(); });
   }
-  c.wait_all(sends);
   if (r != root || bytes == 0) return;
-  if (children.empty() && own != input) std::memcpy(own, input, bytes);  // p == 1
+  if (lone && own != input) std::memcpy(own, input, bytes);  // p == 1
   if (op == ReduceOp::avg) reduce::divide(own, count, type, static_cast<std::size_t>(p));
 }
 

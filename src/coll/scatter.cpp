@@ -3,9 +3,9 @@
 // its block straight into recv. Each byte crosses the network once; the
 // root's link carries (p - 1) blocks whatever the schedule.
 //
-//              /--block 1--> 1
-//   root 0 ----+--block 2--> 2   (all sends posted at once)
-//              \--block 3--> 3
+//              +--block 1--> rank 1
+//   root 0 ----+--block 2--> rank 2   (all p - 1 sends posted at once)
+//              +--block 3--> rank 3
 #include "coll/collectives.hpp"
 
 #include <cstring>

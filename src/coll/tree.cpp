@@ -1,5 +1,6 @@
 #include "coll/tree.hpp"
 
+#include "coll/patterns/tree_reduce.hpp"
 #include "reduce/reduce.hpp"
 
 #include <bit>
@@ -13,10 +14,6 @@
 namespace chorus::coll {
 namespace {
 
-// Segments per tree in flight (child receives posted ahead, parent receives
-// posted ahead): deep enough to keep every level busy.
-constexpr std::size_t kWindow = 4;
-constexpr std::size_t kSegmentBytes = 128 * 1024;
 
 // The in-order binary tree over positions 1..p.
 int position_parent(int i, int p) {
@@ -53,27 +50,24 @@ bool ready(const transport::RequestPtr& r) {
   return true;
 }
 
-// One tree's share of the buffer, moved by a non-blocking schedule.
+// One tree's share of the buffer: up by the shared segmented reduction
+// (patterns/tree_reduce.hpp), then the final segments down from the root,
+// each forwarded to the children as soon as it arrives.
 class TreeRun {
  public:
   TreeRun(const Collective& c, int which, const std::byte* in, std::byte* out, std::size_t elems,
           DataType type, ReduceOp op)
       : c_(c), which_(which), links_(tree_links(which, c.transport.rank(), c.transport.size())),
-        in_(in), out_(out), elems_(elems), esize_(size_of(type)), type_(type), op_(op) {
-    seg_elems_ = std::max<std::size_t>(1, kSegmentBytes / esize_);
-    seg_elems_ = std::max(seg_elems_, (elems + kMaxSegments - 1) / kMaxSegments);
-    segments_ = (elems + seg_elems_ - 1) / seg_elems_;
-    child_recv_.resize(links_.children.size() * kWindow);
-    scratch_ = c.scratch_buffer(static_cast<unsigned>(which),
-                                links_.children.size() * kWindow * seg_elems_ * esize_);
-    up_sends_.resize(segments_);
-    down_recv_.resize(segments_);
+        in_(in), out_(out), esize_(size_of(type)), type_(type), op_(op),
+        up_(c, {links_.parent, links_.children}, in, out, elems, type, op,
+            [this](std::size_t s) { return tag(0, s); }, static_cast<unsigned>(which)) {
+    down_recv_.resize(up_.segments());
   }
+  TreeRun(const TreeRun&) = delete;  // up_'s tag function holds `this`
+  TreeRun& operator=(const TreeRun&) = delete;
 
   bool done() const {
-    if (up_done_ < segments_ || down_done_ < segments_) return false;
-    for (const auto& s : up_sends_)
-      if (s && !s->done()) return false;
+    if (down_done_ < up_.segments() || !up_.done()) return false;
     for (const auto& s : down_sends_)
       if (!s->done()) return false;
     return true;
@@ -81,48 +75,25 @@ class TreeRun {
 
   // Does whatever can be done now; true if anything was.
   bool advance() {
-    bool moved = false;
-    transport::Transport& t = c_.transport;
-    const auto& kids = links_.children;
-    // Up: children's segments into scratch, a window ahead of the reduction.
-    while (!kids.empty() && up_posted_ < segments_ && up_posted_ < up_done_ + kWindow) {
-      const std::size_t s = up_posted_++;
-      for (std::size_t k = 0; k < kids.size(); ++k)
-        child_recv_[slot(k, s)] = t.irecv(kids[k], tag(0, s), scratch(k, s), bytes(s));
-      moved = true;
-    }
-    while (up_done_ < segments_) {
-      const std::size_t s = up_done_;
-      bool arrived = kids.empty() || s < up_posted_;  // a slot's old request says nothing of s
-      for (std::size_t k = 0; k < kids.size() && arrived; ++k) arrived = ready(child_recv_[slot(k, s)]);
-      if (!arrived) break;
-      const std::byte* mine = in_ + offset(s);
-      const std::byte* partial = mine;  // a leaf sends its own data
-      if (!kids.empty()) {
-        reduce::reduce(out_ + offset(s), mine, scratch(0, s), length(s), type_, op_);
-        if (kids.size() == 2)
-          reduce::reduce(out_ + offset(s), out_ + offset(s), scratch(1, s), length(s), type_, op_);
-        partial = out_ + offset(s);
-      }
-      if (links_.parent >= 0) {
-        up_sends_[s] = t.isend(links_.parent, tag(0, s), partial, bytes(s));
-      } else {  // the root: this segment is final
-        if (kids.empty() && in_ != out_) std::memcpy(out_ + offset(s), mine, bytes(s));
+    bool moved = up_.advance();
+    const std::size_t segments = up_.segments();
+    if (links_.parent < 0) {  // the root: each reduced segment is final
+      for (; down_done_ < up_.segments_reduced(); ++down_done_) {
+        const std::size_t s = down_done_;
+        if (links_.children.empty() && in_ != out_) std::memcpy(out_ + offset(s), in_ + offset(s), bytes(s));
         if (op_ == ReduceOp::avg)
-          reduce::divide(out_ + offset(s), length(s), type_, static_cast<std::size_t>(c_.transport.size()));
+          reduce::divide(out_ + offset(s), up_.length(s), type_, static_cast<std::size_t>(c_.transport.size()));
         send_down(s);
-        ++down_done_;
+        moved = true;
       }
-      ++up_done_;
-      moved = true;
+      return moved;
     }
-    if (links_.parent < 0) return moved;
     // Down: the final segment from the parent, into out, once our partial
     // sum of that segment (which may live there) has left.
-    while (down_posted_ < segments_ && down_posted_ < down_done_ + kWindow &&
-           ready(up_sends_[down_posted_])) {
+    while (down_posted_ < segments && down_posted_ < down_done_ + kTreeWindow &&
+           up_.sent(down_posted_)) {
       const std::size_t s = down_posted_++;
-      down_recv_[s] = t.irecv(links_.parent, tag(1, s), out_ + offset(s), bytes(s));
+      down_recv_[s] = c_.transport.irecv(links_.parent, tag(1, s), out_ + offset(s), bytes(s));
       moved = true;
     }
     while (down_done_ < down_posted_ && ready(down_recv_[down_done_])) {
@@ -135,12 +106,8 @@ class TreeRun {
   // A request this tree is waiting for, when it can do nothing else. Shared:
   // advance() may replace it in its slot while the caller still waits on it.
   transport::RequestPtr blocker() const {
-    if (up_done_ < segments_)
-      for (std::size_t k = 0; k < links_.children.size(); ++k)
-        if (const auto& r = child_recv_[slot(k, up_done_)]; r && !r->done()) return r;
+    if (auto r = up_.blocker(); r && !r->done()) return r;
     if (down_done_ < down_posted_) return down_recv_[down_done_];
-    for (const auto& s : up_sends_)
-      if (s && !s->done()) return s;
     for (const auto& s : down_sends_)
       if (!s->done()) return s;
     return nullptr;
@@ -154,27 +121,20 @@ class TreeRun {
   transport::Tag tag(unsigned phase, std::size_t s) const {
     return c_.message_tag(phase, static_cast<unsigned>(which_), static_cast<unsigned>(s));
   }
-  std::size_t length(std::size_t s) const { return std::min(seg_elems_, elems_ - s * seg_elems_); }
-  std::size_t bytes(std::size_t s) const { return length(s) * esize_; }
-  std::size_t offset(std::size_t s) const { return s * seg_elems_ * esize_; }
-  std::size_t slot(std::size_t child, std::size_t s) const { return child * kWindow + s % kWindow; }
-  std::byte* scratch(std::size_t child, std::size_t s) {
-    return scratch_ + slot(child, s) * seg_elems_ * esize_;
-  }
+  std::size_t bytes(std::size_t s) const { return up_.length(s) * esize_; }
+  std::size_t offset(std::size_t s) const { return s * up_.segment_elements() * esize_; }
 
   const Collective& c_;
   const int which_;
   const TreeLinks links_;
   const std::byte* in_;
   std::byte* out_;
-  const std::size_t elems_, esize_;
+  const std::size_t esize_;
   const DataType type_;
   const ReduceOp op_;
-  std::size_t seg_elems_ = 1, segments_ = 0;
-  std::size_t up_posted_ = 0, up_done_ = 0, down_posted_ = 0, down_done_ = 0;
-  std::vector<transport::RequestPtr> child_recv_;
-  std::byte* scratch_ = nullptr;  // the collective's scratch slot `which`
-  std::vector<transport::RequestPtr> up_sends_, down_recv_, down_sends_;
+  TreeReduce up_;
+  std::size_t down_posted_ = 0, down_done_ = 0;
+  std::vector<transport::RequestPtr> down_recv_, down_sends_;
 };
 
 }  // namespace

@@ -11,14 +11,15 @@
 // one (p odd). 2 log2(p) latency steps per segment, about 2n bytes per rank;
 // for mid sizes on many ranks.
 //
-//   p = 8, positions 1..8 (rank + 1)      tree 1: the same shape over the
-//   tree 0:            4                  ranks mirrored, so the leaves of
-//                    /   \                 tree 0 (1 3 5 7) are its inner
-//                  2       6              nodes and every link carries
-//                 / \     / \             half of the buffer each way
-//                1   3   5   7
-//                             \
-//                              8
+//   p = 8, tree 0 over positions 1..8 (position = rank + 1):
+//
+//                  8          the root: the highest power of two <= p
+//                 /
+//                4            tree 1 is the same shape over the ranks
+//              /   \          mirrored, so the leaves of tree 0 (1 3 5 7)
+//            2       6        are inner nodes there, and every link
+//           / \     / \       carries half of the buffer each way
+//          1   3   5   7
 //
 // Each segment is reduced by its tree's root and sent down unchanged, so all
 // ranks end bit-identical; avg divides at the root. Same contract as ring.hpp.

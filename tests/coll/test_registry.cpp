@@ -272,6 +272,8 @@ TEST(Registry, EveryCollectiveHasRowsAndNamesAreUniqueWithinIt) {
       EXPECT_TRUE(names.insert(row.name).second) << to_string(kind) << " " << row.name;
       EXPECT_EQ(coll::find_row(kind, row.name), &row);
       EXPECT_EQ(coll::algorithm_name(row.id), row.name);
+      EXPECT_EQ(row.cost != nullptr, kind == CollectiveKind::allreduce)
+          << row.name << ": AllReduce's rows, and only they, carry a cost formula";
     }
   }
 }
@@ -301,13 +303,19 @@ TEST(Registry, AnUnknownOrUnrunnableForcedAlgorithmIsRefusedNamingIt) {
   for (const auto& o : outcomes) EXPECT_FALSE(o.failed) << o.message;
 }
 
+Options twenty_seconds() {
+  Options options;
+  options.timeout = std::chrono::seconds(20);
+  return options;
+}
+
 TEST(Registry, RanksForcingDifferentAlgorithmsFailTheCallNamingBoth) {
   const auto outcomes = testing::run_ranks(3, [&](Communicator& comm) {
     std::vector<float> send(4, 1.0f), recv(12);
     CallOptions forced;
     forced.algorithm_name = comm.rank() == 0 ? "bruck" : "ring";
     comm.allgather(send.data(), recv.data(), 4, DataType::float32, forced);
-  }, Options{.timeout = std::chrono::seconds(20)});
+  }, twenty_seconds());
   for (const auto& o : outcomes) {
     EXPECT_TRUE(o.failed);
     EXPECT_EQ(o.code, ErrorCode::mismatched_collective) << o.message;
