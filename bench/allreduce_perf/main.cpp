@@ -210,12 +210,11 @@ class Runner {
     }
   }
 
+  // `forced` names the algorithm (made once per sweep: no string is built per call).
   void call(std::size_t count, DataType type, ReduceOp op, bool in_place,
-            const std::string& algorithm) {
+            const CallOptions& forced) {
     const Buffers b = buffers(count, type, in_place);
     const std::size_t n = per_rank(count);
-    CallOptions forced;
-    forced.algorithm_name = algorithm;
     switch (o_.collective) {
       case PerfCollective::allreduce: return comm_.allreduce(b.send, b.recv, n, type, op, forced);
       case PerfCollective::allgather: return comm_.allgather(b.send, b.recv, n, type, forced);
@@ -235,9 +234,14 @@ class Runner {
     return *engine().choose(kind, algorithm, coll::choice_bytes(kind, shape, ranks_)).row;
   }
   Communicator::Impl& engine() { return CommunicatorAccess::engine(comm_); }
+  static CallOptions forced(const std::string& algorithm) {
+    CallOptions options;
+    options.algorithm_name = algorithm;
+    return options;
+  }
 
   Timing measure(std::size_t count, DataType type, ReduceOp op, bool in_place,
-                 const std::string& algorithm) {
+                 const CallOptions& algorithm) {
     const std::size_t bytes = count * size_of(type);
     call(count, type, op, in_place, algorithm);  // sync, as nccl-tests does
     barrier();
@@ -257,7 +261,7 @@ class Runner {
   // Re-initializes the buffers with exactly verifiable values, runs once,
   // and counts wrong elements over all ranks.
   std::int64_t check(std::size_t count, DataType type, ReduceOp op, bool in_place,
-                     const std::string& algorithm) {
+                     const CallOptions& algorithm) {
     std::int64_t wrong = 0;
     for (int c = 0; c < o_.check && wrong == 0; ++c) {
       ++seed_;
@@ -365,7 +369,8 @@ class Runner {
     // Warm-up at the largest and the smallest size, as nccl-tests does.
     for (const std::string& a : o_.algorithms)
       for (std::size_t bytes : {o_.max_bytes, o_.min_bytes})
-        for (int i = 0; i < o_.warmup_iters; ++i) call(rounded(bytes / esize), type, op, false, a);
+        for (int i = 0; i < o_.warmup_iters; ++i)
+          call(rounded(bytes / esize), type, op, false, forced(a));
 #if defined(CHORUS_PERF_WITH_MPI)
     if (o_.mpi && mpi_has(type, op))
       for (std::size_t bytes : {o_.max_bytes, o_.min_bytes})
@@ -383,8 +388,9 @@ class Runner {
         row.root = rooted(o_.collective) ? o_.root : -1;
         row.algorithm = std::string(algorithm_row(count, type, a).name);
         row.automatic = a == "auto";
-        row.out_of_place = measure(count, type, op, false, a);
-        if (has_in_place(o_.collective)) row.in_place = measure(count, type, op, true, a);
+        const CallOptions options = forced(a);
+        row.out_of_place = measure(count, type, op, false, options);
+        if (has_in_place(o_.collective)) row.in_place = measure(count, type, op, true, options);
 #if defined(CHORUS_PERF_WITH_MPI)
         if (o_.mpi && a == o_.algorithms.front()) row.mpi = measure_mpi(count, type, op);
 #endif
