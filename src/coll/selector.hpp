@@ -1,19 +1,14 @@
-// Which algorithm runs an AllReduce: every variant by name, its
-// alpha-beta-gamma cost, and the choice among them.
+// Which algorithm runs an AllReduce: the choice among its registry rows
+// (coll/registry.hpp) by the alpha-beta-gamma model (coll/cost_model.hpp).
 //
-// A variant is what actually runs; the public Algorithm "direct" has two
-// (one-shot and two-shot), chosen by cost like everything else. The model:
-//   alpha  seconds per step (one message each way, latency and overhead)
-//   beta   seconds per byte moved between two ranks
-//   gamma  seconds per byte reduced
-//   overhead  seconds each further message sent in the same step adds
-//          (messages of one step overlap: a step costs alpha, not alpha
-//          per message)
-// measured at communicator creation by probe_cost_model(), which also times
-// each variant (CostModel::measured; those times decide when present), or
-// read from a tuning file (CHORUS_TUNING_FILE, written by allreduce_perf --tune). A
-// tuning file may also name the measured-best algorithm per rank count and
-// size; such an entry wins over the model.
+// A variant is a row, what actually runs; the public Algorithm "direct" has
+// two (one-shot and two-shot), chosen by cost like everything else. The
+// model is measured at communicator creation by probe_cost_model(), which
+// also times each variant (CostModel::measured; those times decide when
+// present; the rows' formulas are the fallback), or read from a tuning file
+// (CHORUS_TUNING_FILE, written by allreduce_perf --tune). A tuning file may
+// also name the measured-best algorithm per rank count and size; such an
+// entry wins over the model.
 #pragma once
 
 #include "coll/collective.hpp"
