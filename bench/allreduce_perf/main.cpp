@@ -229,7 +229,9 @@ class Runner {
   // The registry row that runs a call of `count` when `algorithm` is asked for.
   const coll::AlgorithmRow& algorithm_row(std::size_t count, DataType type,
                                           const std::string& algorithm) {
-    const coll::Operands shape{.count = per_rank(count), .type = type};
+    coll::Operands shape;
+    shape.count = per_rank(count);
+    shape.type = type;
     const coll::CollectiveKind kind = kind_of(o_.collective);
     return *engine().choose(kind, algorithm, coll::choice_bytes(kind, shape, ranks_)).row;
   }

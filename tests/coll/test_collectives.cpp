@@ -396,7 +396,7 @@ TEST(Collectives, GathervAndScattervMoveUnevenBlocks) {
 
 TEST(Collectives, RanksDisagreeingOnVCountsGetAnError) {
   // allgatherv: every rank must pass the same counts; the call check sees it.
-  const Options quick{Algorithm::automatic, std::chrono::seconds(20), ""};
+  const Options quick{Algorithm::automatic, std::chrono::seconds(20), "", ""};
   auto outcomes = run_ranks(3, [&](Communicator& comm) {
     std::vector<std::size_t> counts = {2, 3, 4};
     if (comm.rank() == 1) counts = {2, 4, 3};
@@ -577,7 +577,7 @@ TEST(Collectives, InvalidArgumentsAreRefusedBeforeAnythingIsSent) {
                         }, "gatherv: the root's own block is 8 elements (recv_counts[0]) but its send count is 4");
                         refused([&] { comm.scatter(nullptr, x.data(), 8, DataType::float32, comm.rank()); },
                                 "scatter: send buffer (at the root) is null");
-                        refused([&] { comm.barrier({Algorithm::ring}); },
+                        refused([&] { comm.barrier({Algorithm::ring, ""}); },
                                 "barrier: CallOptions::algorithm = ring");
                         // Nothing was poisoned: a good call still works.
                         comm.allgather(x.data(), y.data(), 8, DataType::float32);
@@ -592,7 +592,7 @@ TEST(Collectives, ARankCallingAnotherCollectiveGetsAnErrorNamingBoth) {
       comm.broadcast(buffer.data(), buffer.size(), DataType::float32, 0);
     else
       comm.allreduce(std::span<float>(buffer), ReduceOp::sum);
-  }, Options{Algorithm::automatic, std::chrono::seconds(20), ""});
+  }, Options{Algorithm::automatic, std::chrono::seconds(20), "", ""});
   for (std::size_t r = 0; r < outcomes.size(); ++r) {
     EXPECT_TRUE(outcomes[r].failed) << "rank " << r;
     EXPECT_EQ(outcomes[r].code, ErrorCode::mismatched_collective) << outcomes[r].message;
@@ -611,7 +611,7 @@ TEST(Collectives, RanksReducingDifferentCountsGetAnErrorNamingBoth) {
   const auto outcomes = run_ranks(2, [&](Communicator& comm) {
     std::vector<float> buffer(comm.rank() == 0 ? 300001 : 1000, 1.0f);
     comm.reduce(buffer.data(), buffer.data(), buffer.size(), DataType::float32, ReduceOp::sum, 0);
-  }, Options{Algorithm::automatic, std::chrono::seconds(20), ""});
+  }, Options{Algorithm::automatic, std::chrono::seconds(20), "", ""});
   for (std::size_t r = 0; r < outcomes.size(); ++r) {
     EXPECT_TRUE(outcomes[r].failed) << "rank " << r;
     EXPECT_EQ(outcomes[r].code, ErrorCode::mismatched_collective) << outcomes[r].message;
