@@ -33,6 +33,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 
 namespace chorus {
 
@@ -51,7 +52,11 @@ struct Options {
 };
 
 struct CallOptions {
-  Algorithm algorithm = Algorithm::automatic;  // AllReduce's; automatic: the communicator's choice
+  // `comm.allreduce(..., {Algorithm::ring})`, `{Algorithm::automatic, "bruck"}`.
+  CallOptions(Algorithm algorithm = Algorithm::automatic, std::string algorithm_name = {})
+      : algorithm(algorithm), algorithm_name(std::move(algorithm_name)) {}
+
+  Algorithm algorithm;  // AllReduce's; automatic: the communicator's choice
   // Any collective's algorithm by name ("bruck" for allgather; docs/tuning.md);
   // empty: `algorithm`. An unknown name, or one that cannot run on this
   // communicator's ranks, is Error(invalid_argument).

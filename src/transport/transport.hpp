@@ -65,8 +65,11 @@ class Request {
   // The posted size; after a receive completes, received_bytes() is what came.
   std::size_t bytes() const noexcept { return bytes_; }
   std::size_t received_bytes() const noexcept { return received_; }
-  // Set once the request failed.
-  const Error* error() const noexcept { return error_ ? &*error_ : nullptr; }
+  // Set once the request failed; null before (another thread may be
+  // failing it: the error is read only after the state says so).
+  const Error* error() const noexcept {
+    return state() == State::failed && error_ ? &*error_ : nullptr;
+  }
   // "receive from rank 2 (tag 0x5, 4096 bytes)"
   std::string describe() const;
 

@@ -192,7 +192,7 @@ TEST(Mismatch, DifferentCountsFailOnEveryRankNamingBoth) {
             std::vector<float> v(count, 1.0f);
             comm.allreduce(std::span<float>(v), ReduceOp::sum, {a});
           },
-          Options{Algorithm::automatic, 20s, ""});
+          Options{Algorithm::automatic, 20s, "", ""});
       expect_mismatch(outcomes, "called allreduce(count=1000, float32, sum",
                       "rank 1 called allreduce(count=2000, float32, sum");
     }
@@ -300,7 +300,7 @@ TEST(Failure, TimeoutNamesTheCallAndThePeer) {
         std::vector<float> v(1000, 1.0f);
         comm.allreduce(std::span<float>(v), ReduceOp::sum, {Algorithm::ring});
       },
-      Options{Algorithm::automatic, 1s, ""});
+      Options{Algorithm::automatic, 1s, "", ""});
   ASSERT_TRUE(outcomes[0].failed);
   EXPECT_EQ(outcomes[0].code, ErrorCode::timeout);
   for (const char* needle : {"call #1", "allreduce(count=1000, float32, sum, ring)", "rank 1", "timed out"})

@@ -117,7 +117,7 @@ TEST(Split, AnErrorOnAChildLeavesTheParentUsable) {
     std::vector<float> y(20, 1.0f);
     comm.allreduce(std::span<float>(y), ReduceOp::sum);
     require(y[0] == 3.0f, "parent after a child's error");
-  }, Options{Algorithm::automatic, std::chrono::seconds(20), ""});
+  }, Options{Algorithm::automatic, std::chrono::seconds(20), "", ""});
   expect_ok(outcomes, "child error");
 }
 
