@@ -18,6 +18,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <random>
 #include <string>
@@ -236,6 +237,47 @@ TEST(Algorithms, LargeBuffersAreSegmentedAndPipelined) {
         }
       }
     }
+}
+
+TEST(Collective, WaitAllEndsAtTheFirstFailureWhicheverRequestItIs) {
+  // Rank 0's algorithm waits on a receive from rank 1 (healthy, never sends)
+  // and one from rank 2 (which aborts): the call must fail with rank 2's
+  // error at once, not sit on rank 1's receive until the deadline.
+  auto fabric = transport::LocalFabric::create(3);
+  std::string outcome = "not run";
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r)
+    threads.emplace_back([&, r] {
+      transport::LocalTransport t(fabric, r);
+      std::uint64_t a = 0, b = 0;
+      if (r == 2) return t.abort("rank 2 leaves");
+      if (r == 1) {  // stays until rank 0 is done, sending nothing it waits for
+        try {
+          t.wait(*t.irecv(0, 0x99, &a, sizeof a), transport::deadline_after(30));
+        } catch (const std::exception&) {
+        }
+        return;
+      }
+      const Collective c{t, 1, transport::deadline_after(20)};
+      const std::vector<transport::RequestPtr> requests = {t.irecv(1, 0x42, &a, sizeof a),
+                                                           t.irecv(2, 0x42, &b, sizeof b)};
+      const auto start = transport::Clock::now();
+      try {
+        c.wait_all(requests);
+        outcome = "wait_all succeeded";
+      } catch (const Error& e) {
+        const double seconds = std::chrono::duration<double>(transport::Clock::now() - start).count();
+        outcome = e.code() == ErrorCode::peer_failure && seconds < 5
+                      ? "ok"
+                      : "ended after " + std::to_string(seconds) + " s with: " + e.what();
+      }
+      try {  // let rank 1 go (the failed call aborted this transport: then it sees that)
+        t.isend(1, 0x99, &a, sizeof a);
+      } catch (const std::exception&) {
+      }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(outcome, "ok");
 }
 
 TEST(Tree, BothTreesSpanEveryRankAndComplementEachOther) {
