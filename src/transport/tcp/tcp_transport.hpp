@@ -58,7 +58,7 @@ class TcpTransport final : public Transport {
   // The address this rank listens on ("127.0.0.1:41234").
   std::string listen_address() const { return listen_address_.to_string(); }
 
-  struct Peer;  // per-connection state, in tcp_transport.cpp
+  struct Peer;  // per-connection state: transport/tcp/peer.hpp
 
  private:
   bool handle_events(int timeout_ms);
