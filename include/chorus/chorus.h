@@ -16,6 +16,7 @@
 #define CHORUS_CHORUS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #if defined(__GNUC__) || defined(__clang__)
 #define CHORUS_C_API __attribute__((visibility("default")))
@@ -149,6 +150,17 @@ CHORUS_C_API chorus_result_t chorus_scatter(const void* sendbuf, void* recvbuf, 
                                             chorus_comm_t comm);
 /* Returns once every rank has called it. */
 CHORUS_C_API chorus_result_t chorus_barrier(chorus_comm_t comm);
+
+/* Point-to-point: tagged messages between two ranks, beside the collectives
+ * (not in their order), never matching theirs. A send returns when buf may
+ * be reused; a receive when a message of exactly `count` elements came
+ * (another size is an error). peer CHORUS_ANY_SOURCE receives from any rank;
+ * *source (may be NULL) gets the sender. Failures are as for collectives. */
+#define CHORUS_ANY_SOURCE (-1)
+CHORUS_C_API chorus_result_t chorus_send(const void* buf, size_t count, chorus_datatype_t datatype,
+                                         int peer, uint32_t tag, chorus_comm_t comm);
+CHORUS_C_API chorus_result_t chorus_recv(void* buf, size_t count, chorus_datatype_t datatype,
+                                         int peer, uint32_t tag, int* source, chorus_comm_t comm);
 
 /* The v-forms: counts and displs are arrays of `size` elements counts and
  * offsets (in elements); displs NULL means blocks back to back in rank

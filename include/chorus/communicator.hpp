@@ -78,6 +78,14 @@ class CHORUS_API Work {
   bool wait(std::chrono::duration<double> timeout = std::chrono::hours(24 * 365));
   // The error it ended with, once it has ended badly.
   std::optional<Error> error() const;
+  // For a receive (recv_async), the rank its message came from once it has
+  // ended well (what a receive from kAnySource needs); -1 otherwise.
+  int source() const;
+  // Runs `callback` once the work has ended, well or not: at once on this
+  // thread if it has, else on the thread that ends it (Chorus's worker), so
+  // it must be short and must not call this communicator or wait. What
+  // frameworks build futures on (the PyTorch backend marks its Future here).
+  void on_complete(std::function<void()> callback);
 
   struct State;
   explicit Work(std::shared_ptr<State> state);
@@ -296,6 +304,27 @@ class CHORUS_API Communicator {
   // Returns once every rank has called it.
   void barrier(const CallOptions& options = {});
   Work barrier_async(const CallOptions& options = {});
+
+  // ---- Point-to-point: tagged messages between two ranks ----
+  // They run beside the collectives, not in their order (a send never
+  // waits for an earlier collective to finish, nor they for it), and never
+  // match a collective's messages. Messages from one rank to another with
+  // one tag arrive in the order they were sent. A send ends when its buffer
+  // may be reused; a receive when a message of exactly `count` elements has
+  // arrived (any other size is an Error naming both sizes). Failure is as
+  // for collectives: a dead peer or the deadline (Options::timeout) fails
+  // the call with an Error naming the peer and tag, and poisons the
+  // communicator; abort() ends pending ones. Progress is Chorus's own
+  // (a background thread), so a send completes whether or not the caller
+  // waits on it.
+  static constexpr int kAnySource = -1;
+  void send(const void* buffer, std::size_t count, DataType type, int peer, std::uint32_t tag = 0);
+  Work send_async(const void* buffer, std::size_t count, DataType type, int peer,
+                  std::uint32_t tag = 0);
+  // `peer` may be kAnySource; returns the rank the message came from.
+  int recv(void* buffer, std::size_t count, DataType type, int peer, std::uint32_t tag = 0);
+  Work recv_async(void* buffer, std::size_t count, DataType type, int peer,
+                  std::uint32_t tag = 0);
 
   // Ends all pending and queued work with an error on this rank, tells the
   // peers where the transport can, and poisons the communicator.

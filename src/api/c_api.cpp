@@ -319,4 +319,22 @@ chorus_result_t chorus_barrier(chorus_comm_t comm) {
   return guarded(comm->last_error, [&] { comm->communicator.barrier(); });
 }
 
+chorus_result_t chorus_send(const void* buf, size_t count, chorus_datatype_t datatype, int peer,
+                            uint32_t tag, chorus_comm_t comm) {
+  if (comm == nullptr) return null_comm("chorus_send");
+  return guarded(comm->last_error, [&] {
+    comm->communicator.send(buf, count, static_cast<chorus::DataType>(datatype), peer, tag);
+  });
+}
+
+chorus_result_t chorus_recv(void* buf, size_t count, chorus_datatype_t datatype, int peer,
+                            uint32_t tag, int* source, chorus_comm_t comm) {
+  if (comm == nullptr) return null_comm("chorus_recv");
+  return guarded(comm->last_error, [&] {
+    const int from =
+        comm->communicator.recv(buf, count, static_cast<chorus::DataType>(datatype), peer, tag);
+    if (source != nullptr) *source = from;
+  });
+}
+
 }  // extern "C"

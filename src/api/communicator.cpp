@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <limits>
+
 namespace chorus {
 
 using coll::CollectiveKind;
@@ -33,6 +35,24 @@ std::optional<Error> Work::error() const {
   if (!state_) return std::nullopt;
   std::lock_guard lock(state_->mutex);
   return state_->error;
+}
+
+int Work::source() const {
+  if (!state_) return -1;
+  std::lock_guard lock(state_->mutex);
+  return state_->done && !state_->error ? state_->source : -1;
+}
+
+void Work::on_complete(std::function<void()> callback) {
+  if (!callback) return;
+  if (state_) {
+    std::unique_lock lock(state_->mutex);
+    if (!state_->done) {
+      state_->on_complete.push_back(std::move(callback));
+      return;
+    }
+  }
+  callback();
 }
 
 namespace {
@@ -287,6 +307,47 @@ void Communicator::barrier(const CallOptions& options) {
 }
 Work Communicator::barrier_async(const CallOptions& options) {
   return impl_->submit_async(impl_->make_call(CollectiveKind::barrier, {}, options));
+}
+
+namespace {
+// Bytes of a point-to-point message, or Error(invalid_argument) naming what
+// is wrong; `any_source` allows Communicator::kAnySource as the peer.
+std::size_t message_bytes(const char* what, const void* buffer, std::size_t count, DataType type,
+                          int peer, int size, bool any_source) {
+  if (!is_valid(type))
+    throw Error(ErrorCode::invalid_argument, fmt::format("{}: invalid data type", what));
+  if (!(peer >= 0 && peer < size) && !(any_source && peer == Communicator::kAnySource))
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("{}: peer {} is not a rank of this communicator of {}{}", what, peer,
+                            size, any_source ? " (nor kAnySource)" : ""));
+  if (count > std::numeric_limits<std::size_t>::max() / size_of(type))
+    throw Error(ErrorCode::invalid_argument, fmt::format("{}: count {} overflows", what, count));
+  if (buffer == nullptr && count > 0)
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("{}: buffer is null but count is {}", what, count));
+  return count * size_of(type);
+}
+}  // namespace
+
+void Communicator::send(const void* buffer, std::size_t count, DataType type, int peer,
+                        std::uint32_t tag) {
+  send_async(buffer, count, type, peer, tag).wait();
+}
+Work Communicator::send_async(const void* buffer, std::size_t count, DataType type, int peer,
+                              std::uint32_t tag) {
+  const std::size_t bytes = message_bytes("send", buffer, count, type, peer, size(), false);
+  return impl_->post_send(buffer, bytes, peer, tag);
+}
+int Communicator::recv(void* buffer, std::size_t count, DataType type, int peer,
+                       std::uint32_t tag) {
+  Work work = recv_async(buffer, count, type, peer, tag);
+  work.wait();
+  return work.source();
+}
+Work Communicator::recv_async(void* buffer, std::size_t count, DataType type, int peer,
+                              std::uint32_t tag) {
+  const std::size_t bytes = message_bytes("recv", buffer, count, type, peer, size(), true);
+  return impl_->post_receive(buffer, bytes, peer, tag);
 }
 
 void Communicator::abort(const std::string& reason) { impl_->abort(reason); }

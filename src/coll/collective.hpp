@@ -3,10 +3,12 @@
 // see no sockets, stores or endpoints.
 //
 // Tags: every message of one collective call carries the call's sequence
-// number (its low 16 bits) in the top of the 40-bit transport tag, so that
-// two calls in flight never mix; the rest says which message of the call it
-// is (phase, step, segment), laid out by message_tag(). Segment
-// kCheckSegment belongs to the call check (coll/call_check.hpp).
+// number (its low 15 bits) below the top bit of the 40-bit transport tag, so
+// that two calls in flight never mix; the rest says which message of the
+// call it is (phase, step, segment), laid out by message_tag(). Segment
+// kCheckSegment belongs to the call check (coll/call_check.hpp). The top
+// bit (kPointToPointTagBit) is never a collective's: point-to-point messages
+// (Communicator::send/recv) carry it, so they cannot match a collective's.
 //
 // Algorithms wait only through wait()/wait_all(): they keep the call check
 // moving, and on any error they abort the transport before the algorithm's
@@ -24,6 +26,8 @@
 namespace chorus::coll {
 
 class CallCheck;
+
+inline constexpr transport::Tag kPointToPointTagBit = transport::Tag{1} << (transport::kTagBits - 1);
 
 // Scratch memory that outlives one call: a communicator keeps one, so that
 // an algorithm's temporary buffers are allocated (and faulted in, and
@@ -62,7 +66,7 @@ struct Collective {
 
   // phase < 2, step < kMaxSteps, segment <= kCheckSegment.
   transport::Tag message_tag(unsigned phase, unsigned step, unsigned segment) const {
-    return (static_cast<transport::Tag>(sequence & 0xFFFFu) << 24) |
+    return (static_cast<transport::Tag>(sequence & 0x7FFFu) << 24) |
            (static_cast<transport::Tag>(phase & 1u) << 23) |
            (static_cast<transport::Tag>(step & 0x7FFu) << 12) | (segment & 0xFFFu);
   }

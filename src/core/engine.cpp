@@ -60,12 +60,15 @@ bool check_from_env() {
 }  // namespace
 
 void Work::State::finish(std::optional<Error> e) {
+  std::vector<std::function<void()>> callbacks;
   {
     std::lock_guard lock(mutex);
     error = std::move(e);
     done = true;
+    callbacks.swap(on_complete);
   }
   done_cv.notify_all();
+  for (auto& callback : callbacks) callback();
 }
 
 Communicator::Impl::Impl(std::unique_ptr<transport::Transport> t,
@@ -283,18 +286,43 @@ Work Communicator::Impl::submit_async(const core::Call& prepared) {
   call.sequence = next_sequence++;
   {
     std::lock_guard queue_lock(queue_mutex);
-    if (!worker.joinable()) worker = std::thread([this] { worker_loop(); });
+    start_worker();
     queue.emplace_back(call, state);
   }
   queue_cv.notify_all();
   return Work(state);
 }
 
+void Communicator::Impl::start_worker() {
+  if (!worker.joinable()) worker = std::thread([this] { worker_loop(); });
+}
+
 void Communicator::Impl::worker_loop() {
+  // While point-to-point messages are pending, the worker also polls them
+  // between calls (every kPointToPointPoll); otherwise it sleeps until a
+  // call is queued.
+  constexpr auto kPointToPointPoll = std::chrono::microseconds(50);
   std::unique_lock lock(queue_mutex);
   for (;;) {
-    queue_cv.wait(lock, [&] { return stopping || !queue.empty(); });
-    if (queue.empty()) return;  // stopping, and everything queued has run
+    const auto ready = [&] { return stopping || !queue.empty(); };
+    if (point_to_point_pending.load() == 0)
+      queue_cv.wait(lock, [&] { return ready() || point_to_point_pending.load() > 0; });
+    else
+      queue_cv.wait_for(lock, kPointToPointPoll, ready);
+    if (queue.empty()) {
+      if (point_to_point_pending.load() > 0) {
+        const bool ending = stopping;
+        lock.unlock();
+        {
+          std::lock_guard run_lock(run_mutex);
+          progress_point_to_point(ending);
+        }
+        lock.lock();
+        continue;
+      }
+      if (stopping) return;  // everything queued has run
+      continue;
+    }
     auto [call, state] = std::move(queue.front());
     queue.pop_front();
     worker_busy = true;

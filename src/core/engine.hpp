@@ -36,6 +36,8 @@ struct Work::State {
   std::condition_variable done_cv;
   bool done = false;
   std::optional<Error> error;
+  int source = -1;  // a receive's sender, set before finish()
+  std::vector<std::function<void()>> on_complete;  // run once, by finish()
   void finish(std::optional<Error> e);
 };
 
@@ -65,6 +67,12 @@ struct Communicator::Impl {
                                std::size_t bytes) const;
   void submit(const core::Call& call);  // runs it now, in order
   Work submit_async(const core::Call& call);
+  // Point-to-point (core/point_to_point.cpp): posts at once, beside the
+  // collectives; the worker thread progresses and ends them. `peer` of a
+  // receive may be Communicator::kAnySource. Arguments are checked by the
+  // caller (the shims).
+  Work post_send(const void* buffer, std::size_t bytes, int peer, std::uint32_t tag);
+  Work post_receive(void* buffer, std::size_t bytes, int peer, std::uint32_t tag);
   void abort(const std::string& reason);
   std::optional<Error> error() const;
   Counters counters() const;
@@ -80,6 +88,28 @@ struct Communicator::Impl {
   void run(const core::Call& call);
   Error poisoned_error() const;  // "unusable after an earlier error: <the first>"
   void worker_loop();
+  void start_worker();  // under queue_mutex
+
+  // A posted send or receive; `request` is null while a receive from any
+  // source has not found its sender yet.
+  struct PointToPoint {
+    transport::RequestPtr request;
+    std::shared_ptr<Work::State> state;
+    bool is_send = false;
+    int peer = 0;  // kAnySource until found
+    std::uint32_t tag = 0;
+    void* buffer = nullptr;
+    std::size_t bytes = 0;
+    transport::Deadline deadline;
+  };
+  // One pass over the pending ones, under run_mutex: progress, find any
+  // source's senders, end what has ended (a failure poisons). Returns how
+  // many are still pending.
+  std::size_t progress_point_to_point(bool stopping);
+  std::string describe(const PointToPoint& message) const;
+  std::vector<PointToPoint> point_to_point;  // under run_mutex
+  std::atomic<std::size_t> point_to_point_pending{0};
+  int any_source_next = 0;  // where the next search for a sender starts
   std::string describe(const core::Call& call) const;
   void log_choice(const core::Call& call, const coll::AlgorithmChoice& choice);
 

@@ -127,6 +127,15 @@ RequestPtr LocalTransport::isend(int peer, Tag tag, const void* buf, std::size_t
   return request;
 }
 
+bool LocalTransport::probe(int peer, Tag tag) {
+  check_message("probe", peer, tag, nullptr, 0);
+  Mailbox& mine = fabric_->state_->box(rank());
+  std::lock_guard lock(mine.data);
+  for (const ArrivedMessage& m : mine.arrived)
+    if (m.source == peer && m.tag == tag) return true;
+  return false;
+}
+
 RequestPtr LocalTransport::irecv(int peer, Tag tag, void* buf, std::size_t bytes) {
   check_message("irecv", peer, tag, buf, bytes);
   auto request = std::make_shared<Request>(false, peer, tag, bytes);

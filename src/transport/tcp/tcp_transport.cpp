@@ -97,6 +97,14 @@ RequestPtr TcpTransport::self_send(Tag tag, const void* buf, std::size_t bytes) 
   return request;
 }
 
+bool TcpTransport::probe(int peer_rank, Tag tag) {
+  check_message("probe", peer_rank, tag, nullptr, 0);
+  progress();
+  for (const Unexpected& u : peers_[static_cast<std::size_t>(peer_rank)]->unexpected)
+    if (u.tag == tag && !u.claimed) return true;
+  return false;
+}
+
 RequestPtr TcpTransport::irecv(int peer_rank, Tag tag, void* buf, std::size_t bytes) {
   check_message("irecv", peer_rank, tag, buf, bytes);
   auto request = std::make_shared<Request>(false, peer_rank, tag, bytes);

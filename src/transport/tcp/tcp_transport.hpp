@@ -51,6 +51,7 @@ class TcpTransport final : public Transport {
   void connect(std::span<const AddressBlob> addresses, Deadline deadline) override;
   RequestPtr isend(int peer, Tag tag, const void* buf, std::size_t bytes) override;
   RequestPtr irecv(int peer, Tag tag, void* buf, std::size_t bytes) override;
+  bool probe(int peer, Tag tag) override;
   bool progress() override;
   void wait_for_activity(Deadline until) override;
   void abort(const std::string& reason) override;

@@ -160,6 +160,15 @@ RequestPtr UcxTransport::isend(int peer, Tag tag, const void* buf, std::size_t b
   return request;
 }
 
+bool UcxTransport::probe(int peer, Tag tag) {
+  check_message("probe", peer, tag, nullptr, 0);
+  State& s = *state_;
+  progress();
+  ucp_tag_recv_info_t arrived{};
+  // Either kind: the data itself, or a cross-memory descriptor for it.
+  return ucp_tag_probe_nb(s.worker, ucx_tag(peer, tag), kDataMask, 0, &arrived) != nullptr;
+}
+
 RequestPtr UcxTransport::irecv(int peer, Tag tag, void* buf, std::size_t bytes) {
   check_message("irecv", peer, tag, buf, bytes);
   State& s = *state_;
