@@ -13,6 +13,8 @@ packages=(
   libbenchmark-dev                          # micro-benchmarks
   python3                                   # benchmark drivers (bench/*.py)
   python3-matplotlib                        # bench/plot_perf: busbw and latency plots
+  python3-dev pybind11-dev python3-numpy    # the Python module (chorus._chorus)
+  python3-torch libtorch-dev                # the torch.distributed backend (chorus._torch)
 )
 
 missing=()
