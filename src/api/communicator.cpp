@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <limits>
+#include <thread>
 
 namespace chorus {
 
@@ -23,6 +24,16 @@ bool Work::test() const {
 
 bool Work::wait(std::chrono::duration<double> timeout) {
   if (!state_) return true;
+  // Spin briefly (yielding) before sleeping: a small collective ends within
+  // microseconds, less than a sleep and wake-up cost.
+  const auto spin_end = std::chrono::steady_clock::now() +
+                        std::min<std::chrono::steady_clock::duration>(
+                            transport::spin_before_sleep(),
+                            std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                std::min(timeout, std::chrono::duration<double>(1.0))));
+  while (!state_->ended.load(std::memory_order_acquire) &&
+         std::chrono::steady_clock::now() < spin_end)
+    std::this_thread::yield();
   std::unique_lock lock(state_->mutex);
   const auto limit = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::min(timeout, std::chrono::duration<double>(std::chrono::hours(24 * 365))));

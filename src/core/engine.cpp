@@ -65,6 +65,7 @@ void Work::State::finish(std::optional<Error> e) {
     std::lock_guard lock(mutex);
     error = std::move(e);
     done = true;
+    ended.store(true, std::memory_order_release);
     callbacks.swap(on_complete);
   }
   done_cv.notify_all();
@@ -288,6 +289,7 @@ Work Communicator::Impl::submit_async(const core::Call& prepared) {
     std::lock_guard queue_lock(queue_mutex);
     start_worker();
     queue.emplace_back(call, state);
+    queued.store(queue.size());
   }
   queue_cv.notify_all();
   return Work(state);
@@ -305,6 +307,17 @@ void Communicator::Impl::worker_loop() {
   std::unique_lock lock(queue_mutex);
   for (;;) {
     const auto ready = [&] { return stopping || !queue.empty(); };
+    if (!ready() && point_to_point_pending.load() == 0) {
+      // Spin briefly first (yielding): a framework that posts the next call
+      // right after the last one ended (DDP's buckets, a sync call made
+      // async) then finds the worker awake; a sleep and wake-up costs
+      // several microseconds, more than a small collective.
+      lock.unlock();
+      const auto spin_end = transport::Clock::now() + transport::spin_before_sleep();
+      while (queued.load() == 0 && transport::Clock::now() < spin_end)
+        std::this_thread::yield();
+      lock.lock();
+    }
     if (point_to_point_pending.load() == 0)
       queue_cv.wait(lock, [&] { return ready() || point_to_point_pending.load() > 0; });
     else
@@ -325,6 +338,7 @@ void Communicator::Impl::worker_loop() {
     }
     auto [call, state] = std::move(queue.front());
     queue.pop_front();
+    queued.store(queue.size());
     worker_busy = true;
     lock.unlock();
     std::optional<Error> error;
@@ -359,6 +373,7 @@ void Communicator::Impl::abort(const std::string& reason) {
   {
     std::lock_guard lock(queue_mutex);
     dropped.swap(queue);
+    queued.store(0);
   }
   for (auto& [call, state] : dropped) state->finish(aborted);
   queue_cv.notify_all();

@@ -35,6 +35,7 @@ struct Work::State {
   std::mutex mutex;
   std::condition_variable done_cv;
   bool done = false;
+  std::atomic<bool> ended{false};  // `done`, readable without the mutex (waiters spin on it)
   std::optional<Error> error;
   int source = -1;  // a receive's sender, set before finish()
   std::vector<std::function<void()>> on_complete;  // run once, by finish()
@@ -126,6 +127,7 @@ struct Communicator::Impl {
   std::mutex queue_mutex;
   std::condition_variable queue_cv;
   std::deque<std::pair<core::Call, std::shared_ptr<Work::State>>> queue;
+  std::atomic<std::size_t> queued{0};  // queue.size(), for the worker's spin
   bool worker_busy = false, stopping = false;
   std::thread worker;
   std::mutex run_mutex;   // held while a call uses the transport (and scratch)
