@@ -101,20 +101,18 @@ class PyCommunicator {
   explicit PyCommunicator(chorus::Communicator c) : comm_(std::move(c)) {}
   chorus::Communicator& comm() { return comm_; }
 
-  // Runs `post` (which returns a chorus::Work) either to completion with
-  // the GIL released, or as a PyWork keeping `keep` alive.
-  template <class Post>
-  py::object run(bool async, std::vector<py::object> keep, Post&& post) {
+  // call(false) runs the blocking form on this thread with the GIL released
+  // (no hand-off to Chorus's worker: the latency of a small call is
+  // allreduce_perf's); call(true) posts the async form, returned as a
+  // PyWork that keeps `keep` alive.
+  template <class Call>
+  py::object run(bool async, std::vector<py::object> keep, Call&& call) {
     if (!async) {
-      chorus::Work work;
-      {
-        py::gil_scoped_release release;
-        work = post();
-        work.wait();
-      }
+      py::gil_scoped_release release;
+      call(false);
       return py::none();
     }
-    return py::cast(PyWork{post(), std::move(keep)});
+    return py::cast(PyWork{call(true), std::move(keep)});
   }
 
  private:
@@ -206,8 +204,9 @@ PYBIND11_MODULE(_chorus, m) {
               throw std::invalid_argument("chorus: allreduce: send has " + std::to_string(s.count) +
                                           " elements but recv has " + std::to_string(r.count));
             const auto reduce = op_of(op);
-            return c.run(async, {s.owner, r.owner}, [&, s = s, r = r] {
-              return c.comm().allreduce_async(s.data, r.data, s.count, s.type, reduce);
+            return c.run(async, {s.owner, r.owner}, [&, s = s, r = r](bool async_op) {
+              return async_op ? c.comm().allreduce_async(s.data, r.data, s.count, s.type, reduce)
+                              : (c.comm().allreduce(s.data, r.data, s.count, s.type, reduce), chorus::Work());
             });
           },
           py::arg("send"), py::arg("recv") = py::none(), py::arg("op") = "sum",
@@ -216,8 +215,9 @@ PYBIND11_MODULE(_chorus, m) {
           "broadcast",
           [](PyCommunicator& c, const py::buffer& buffer, int root, bool async) {
             Buffer b = buffer_of(buffer, "broadcast", true);
-            return c.run(async, {b.owner}, [&, b = b] {
-              return c.comm().broadcast_async(b.data, b.count, b.type, root);
+            return c.run(async, {b.owner}, [&, b = b](bool async_op) {
+              return async_op ? c.comm().broadcast_async(b.data, b.count, b.type, root)
+                              : (c.comm().broadcast(b.data, b.count, b.type, root), chorus::Work());
             });
           },
           py::arg("buffer"), py::arg("root") = 0, py::arg("async_op") = false)
@@ -227,8 +227,9 @@ PYBIND11_MODULE(_chorus, m) {
              const std::string& op, int root, bool async) {
             auto [s, r] = send_recv(send, recv, "reduce");
             const auto reduce = op_of(op);
-            return c.run(async, {s.owner, r.owner}, [&, s = s, r = r] {
-              return c.comm().reduce_async(s.data, r.data, s.count, s.type, reduce, root);
+            return c.run(async, {s.owner, r.owner}, [&, s = s, r = r](bool async_op) {
+              return async_op ? c.comm().reduce_async(s.data, r.data, s.count, s.type, reduce, root)
+                              : (c.comm().reduce(s.data, r.data, s.count, s.type, reduce, root), chorus::Work());
             });
           },
           py::arg("send"), py::arg("recv") = py::none(), py::arg("op") = "sum", py::arg("root") = 0,
@@ -238,8 +239,9 @@ PYBIND11_MODULE(_chorus, m) {
           [](PyCommunicator& c, const py::buffer& send, const py::buffer& recv, bool async) {
             Buffer s = buffer_of(send, "allgather", false), r = buffer_of(recv, "allgather", true);
             same_type(s, r, "allgather");
-            return c.run(async, {s.owner, r.owner}, [&, s = s, r = r] {
-              return c.comm().allgather_async(s.data, r.data, s.count, s.type);
+            return c.run(async, {s.owner, r.owner}, [&, s = s, r = r](bool async_op) {
+              return async_op ? c.comm().allgather_async(s.data, r.data, s.count, s.type)
+                              : (c.comm().allgather(s.data, r.data, s.count, s.type), chorus::Work());
             });
           },
           py::arg("send"), py::arg("recv"), py::arg("async_op") = false,
@@ -252,8 +254,9 @@ PYBIND11_MODULE(_chorus, m) {
                    r = buffer_of(recv, "reduce_scatter", true);
             same_type(s, r, "reduce_scatter");
             const auto reduce = op_of(op);
-            return c.run(async, {s.owner, r.owner}, [&, s = s, r = r] {
-              return c.comm().reduce_scatter_async(s.data, r.data, r.count, s.type, reduce);
+            return c.run(async, {s.owner, r.owner}, [&, s = s, r = r](bool async_op) {
+              return async_op ? c.comm().reduce_scatter_async(s.data, r.data, r.count, s.type, reduce)
+                              : (c.comm().reduce_scatter(s.data, r.data, r.count, s.type, reduce), chorus::Work());
             });
           },
           py::arg("send"), py::arg("recv"), py::arg("op") = "sum", py::arg("async_op") = false,
@@ -264,8 +267,9 @@ PYBIND11_MODULE(_chorus, m) {
             Buffer s = buffer_of(send, "alltoall", false), r = buffer_of(recv, "alltoall", true);
             same_type(s, r, "alltoall");
             const std::size_t block = s.count / static_cast<std::size_t>(c.comm().size());
-            return c.run(async, {s.owner, r.owner}, [&, s = s, r = r] {
-              return c.comm().alltoall_async(s.data, r.data, block, s.type);
+            return c.run(async, {s.owner, r.owner}, [&, s = s, r = r](bool async_op) {
+              return async_op ? c.comm().alltoall_async(s.data, r.data, block, s.type)
+                              : (c.comm().alltoall(s.data, r.data, block, s.type), chorus::Work());
             });
           },
           py::arg("send"), py::arg("recv"), py::arg("async_op") = false,
@@ -276,8 +280,9 @@ PYBIND11_MODULE(_chorus, m) {
              int root, bool async) {
             Buffer s = buffer_of(send, "gather", false);
             Buffer r = recv ? buffer_of(*recv, "gather", true) : Buffer{};
-            return c.run(async, {s.owner, r.owner}, [&, s = s, r = r] {
-              return c.comm().gather_async(s.data, r.data, s.count, s.type, root);
+            return c.run(async, {s.owner, r.owner}, [&, s = s, r = r](bool async_op) {
+              return async_op ? c.comm().gather_async(s.data, r.data, s.count, s.type, root)
+                              : (c.comm().gather(s.data, r.data, s.count, s.type, root), chorus::Work());
             });
           },
           py::arg("send"), py::arg("recv") = py::none(), py::arg("root") = 0,
@@ -288,8 +293,9 @@ PYBIND11_MODULE(_chorus, m) {
              int root, bool async) {
             Buffer r = buffer_of(recv, "scatter", true);
             Buffer s = send ? buffer_of(*send, "scatter", false) : Buffer{};
-            return c.run(async, {s.owner, r.owner}, [&, s = s, r = r] {
-              return c.comm().scatter_async(s.data, r.data, r.count, r.type, root);
+            return c.run(async, {s.owner, r.owner}, [&, s = s, r = r](bool async_op) {
+              return async_op ? c.comm().scatter_async(s.data, r.data, r.count, r.type, root)
+                              : (c.comm().scatter(s.data, r.data, r.count, r.type, root), chorus::Work());
             });
           },
           py::arg("send"), py::arg("recv"), py::arg("root") = 0, py::arg("async_op") = false,
@@ -297,15 +303,19 @@ PYBIND11_MODULE(_chorus, m) {
       .def(
           "barrier",
           [](PyCommunicator& c, bool async) {
-            return c.run(async, {}, [&] { return c.comm().barrier_async(); });
+            return c.run(async, {}, [&](bool async_op) {
+              return async_op ? c.comm().barrier_async()
+                              : (c.comm().barrier(), chorus::Work());
+            });
           },
           py::arg("async_op") = false)
       .def(
           "send",
           [](PyCommunicator& c, const py::buffer& buffer, int peer, std::uint32_t tag, bool async) {
             Buffer b = buffer_of(buffer, "send", false);
-            return c.run(async, {b.owner}, [&, b = b] {
-              return c.comm().send_async(b.data, b.count, b.type, peer, tag);
+            return c.run(async, {b.owner}, [&, b = b](bool async_op) {
+              return async_op ? c.comm().send_async(b.data, b.count, b.type, peer, tag)
+                              : (c.comm().send(b.data, b.count, b.type, peer, tag), chorus::Work());
             });
           },
           py::arg("buffer"), py::arg("peer"), py::arg("tag") = 0, py::arg("async_op") = false)

@@ -147,8 +147,7 @@ class ChorusWork : public c10d::Work {
  public:
   ChorusWork(int rank, OpType type, std::string what, std::vector<at::Tensor> outputs)
       : Work(rank, type), what_(std::move(what)), outputs_(std::move(outputs)),
-        future_(c10::make_intrusive<at::ivalue::Future>(
-            c10::ListType::create(c10::TensorType::get()))) {}
+        future_(c10::make_intrusive<at::ivalue::Future>(tensor_list_type())) {}
 
   // Completes this Work (and its Future) when `work` ends, after `after`
   // (the copies back into the caller's tensors) when it ended well.
@@ -179,6 +178,11 @@ class ChorusWork : public c10d::Work {
     return self;
   }
 
+  static const c10::TypePtr& tensor_list_type() {
+    static const c10::TypePtr type = c10::ListType::create(c10::TensorType::get());
+    return type;
+  }
+
   int sourceRank() const override { return source_; }
   std::vector<at::Tensor> result() override { return outputs_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
@@ -193,6 +197,9 @@ class ChorusWork : public c10d::Work {
 
 class ProcessGroupChorus : public c10d::ProcessGroup {
  public:
+  // Allreduces up to this size run on the caller's thread (reduce_into).
+  static constexpr std::size_t kInlineBytes = 16 << 10;
+
   ProcessGroupChorus(chorus::Communicator comm)
       : ProcessGroup(comm.rank(), comm.size()), comm_(std::move(comm)) {
     init();
@@ -473,10 +480,21 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
     prepare_reduction(reduce_op, t.buffer, what);
     const chorus::DataType dtype = datatype_of(tensor, what);
     auto work = c10::make_intrusive<ChorusWork>(rank_, type, what, std::vector<at::Tensor>{tensor});
-    chorus::Work posted =
-        root < 0 ? comm_.allreduce_async(t.data(), t.data(), t.count(), dtype, op)
-                 : comm_.reduce_async(t.data(), rank_ == root ? t.data() : nullptr, t.count(),
-                                      dtype, op, root);
+    chorus::Work posted;  // empty: already ended
+    if (root < 0 && t.count() * chorus::size_of(dtype) <= kInlineBytes) {
+      // Small: run on this thread (in call order, after what is queued).
+      // Handing a call to Chorus's worker and back costs more than the
+      // collective itself, and there is nothing worth overlapping.
+      try {
+        comm_.allreduce(t.data(), t.data(), t.count(), dtype, op);
+      } catch (const chorus::Error& e) {
+        throw std::runtime_error("chorus backend: " + what + " failed: " + e.what());
+      }
+    } else {
+      posted = root < 0 ? comm_.allreduce_async(t.data(), t.data(), t.count(), dtype, op)
+                        : comm_.reduce_async(t.data(), rank_ == root ? t.data() : nullptr,
+                                             t.count(), dtype, op, root);
+    }
     const bool writes = root < 0 || rank_ == root;
     return ChorusWork::attach(work, std::move(posted), [t, writes] {
       if (writes) t.copy_back();
