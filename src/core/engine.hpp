@@ -107,6 +107,8 @@ struct Communicator::Impl {
   // source's senders, end what has ended (a failure poisons). Returns how
   // many are still pending.
   std::size_t progress_point_to_point(bool stopping);
+  Work post_point_to_point(bool is_send, void* buffer, std::size_t bytes, int peer,
+                           std::uint32_t tag);
   std::string describe(const PointToPoint& message) const;
   std::vector<PointToPoint> point_to_point;  // under run_mutex
   std::atomic<std::size_t> point_to_point_pending{0};

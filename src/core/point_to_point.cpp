@@ -28,39 +28,32 @@ std::string Communicator::Impl::describe(const PointToPoint& m) const {
 
 Work Communicator::Impl::post_send(const void* buffer, std::size_t bytes, int peer,
                                    std::uint32_t tag) {
-  auto state = std::make_shared<Work::State>();
-  std::lock_guard run_lock(run_mutex);
-  if (poisoned.load()) {
-    state->finish(poisoned_error());
-    return Work(state);
-  }
-  PointToPoint m{transport->isend(peer, wire_tag(tag), buffer, bytes), state, true, peer, tag,
-                 const_cast<void*>(buffer), bytes, transport::deadline_after(timeout_seconds)};
-  point_to_point.push_back(std::move(m));
-  point_to_point_pending.store(point_to_point.size());
-  {
-    std::lock_guard queue_lock(queue_mutex);
-    start_worker();
-  }
-  queue_cv.notify_all();
-  return Work(state);
+  return post_point_to_point(true, const_cast<void*>(buffer), bytes, peer, tag);
 }
 
 Work Communicator::Impl::post_receive(void* buffer, std::size_t bytes, int peer,
                                       std::uint32_t tag) {
+  return post_point_to_point(false, buffer, bytes, peer, tag);
+}
+
+Work Communicator::Impl::post_point_to_point(bool is_send, void* buffer, std::size_t bytes,
+                                             int peer, std::uint32_t tag) {
   auto state = std::make_shared<Work::State>();
   std::lock_guard run_lock(run_mutex);
   if (poisoned.load()) {
     state->finish(poisoned_error());
     return Work(state);
   }
-  PointToPoint m{nullptr, state, false, peer, tag, buffer, bytes,
+  PointToPoint m{nullptr, state, is_send, peer, tag, buffer, bytes,
                  transport::deadline_after(timeout_seconds)};
-  if (peer != Communicator::kAnySource) m.request = transport->irecv(peer, wire_tag(tag), buffer, bytes);
+  if (is_send)
+    m.request = transport->isend(peer, wire_tag(tag), buffer, bytes);
+  else if (peer != Communicator::kAnySource)  // else: found by probing (above)
+    m.request = transport->irecv(peer, wire_tag(tag), buffer, bytes);
   point_to_point.push_back(std::move(m));
   point_to_point_pending.store(point_to_point.size());
   {
-    std::lock_guard queue_lock(queue_mutex);
+    std::lock_guard queue_lock(queue_mutex);  // the worker waits on it: see worker_loop
     start_worker();
   }
   queue_cv.notify_all();

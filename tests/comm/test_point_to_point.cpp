@@ -3,6 +3,7 @@
 // backend's tests run them through processes over TCP).
 #include "local_ranks.hpp"
 
+#include <chorus/chorus.h>
 #include <chorus/chorus.hpp>
 
 #include <gtest/gtest.h>
@@ -219,6 +220,25 @@ TEST(PointToPoint, AbortEndsAPendingReceiveAtOnce) {
     }
     throw std::runtime_error("aborted receive succeeded");
   }));
+}
+
+TEST(PointToPoint, TheCApiSendsToItselfAndReceivesFromAnySource) {
+  chorus_comm_t comm = nullptr;
+  ASSERT_EQ(chorus_comm_init(&comm, 0, 1, nullptr), chorus_success) << chorus_get_last_error(nullptr);
+  // A message to oneself below the eager limit completes before its receive.
+  const std::int32_t out[3] = {7, 8, 9};
+  ASSERT_EQ(chorus_send(out, 3, chorus_int32, 0, 11, comm), chorus_success)
+      << chorus_get_last_error(comm);
+  std::int32_t in[3] = {};
+  int source = -7;
+  ASSERT_EQ(chorus_recv(in, 3, chorus_int32, CHORUS_ANY_SOURCE, 11, &source, comm), chorus_success)
+      << chorus_get_last_error(comm);
+  EXPECT_EQ(source, 0);
+  EXPECT_EQ(in[2], 9);
+  EXPECT_EQ(chorus_send(out, 3, chorus_int32, 1, 0, comm), chorus_invalid_argument);
+  EXPECT_NE(std::string(chorus_get_last_error(comm)).find("peer 1"), std::string::npos);
+  EXPECT_NE(chorus_recv(in, 3, chorus_int32, 0, 0, nullptr, nullptr), chorus_success);
+  EXPECT_EQ(chorus_comm_destroy(comm), chorus_success);
 }
 
 TEST(Work, OnCompleteRunsOnceWhenTheWorkEndsOrAtOnceIfItHas) {
