@@ -326,10 +326,12 @@ void Communicator::Impl::worker_loop() {
       if (point_to_point_pending.load() > 0) {
         const bool ending = stopping;
         lock.unlock();
+        EndedWork ended;
         {
           std::lock_guard run_lock(run_mutex);
-          progress_point_to_point(ending);
+          progress_point_to_point(ending, ended);
         }
+        for (auto& [state, error] : ended) state->finish(std::move(error));
         lock.lock();
         continue;
       }

@@ -104,9 +104,11 @@ struct Communicator::Impl {
     transport::Deadline deadline;
   };
   // One pass over the pending ones, under run_mutex: progress, find any
-  // source's senders, end what has ended (a failure poisons). Returns how
-  // many are still pending.
-  std::size_t progress_point_to_point(bool stopping);
+  // source's senders, move what has ended to `ended` (a failure poisons).
+  // The caller finishes those after releasing run_mutex: their callbacks
+  // (a framework's futures) may post more. Returns how many are pending.
+  using EndedWork = std::vector<std::pair<std::shared_ptr<Work::State>, std::optional<Error>>>;
+  std::size_t progress_point_to_point(bool stopping, EndedWork& ended);
   Work post_point_to_point(bool is_send, void* buffer, std::size_t bytes, int peer,
                            std::uint32_t tag);
   std::string describe(const PointToPoint& message) const;

@@ -60,12 +60,11 @@ Work Communicator::Impl::post_point_to_point(bool is_send, void* buffer, std::si
   return Work(state);
 }
 
-std::size_t Communicator::Impl::progress_point_to_point(bool stopping) {
+std::size_t Communicator::Impl::progress_point_to_point(bool stopping, EndedWork& ended) {
   if (point_to_point.empty()) return 0;
   transport->progress();
   const int p = transport->size();
   std::optional<Error> failure;  // the first failure of this pass: it poisons
-  std::vector<std::pair<std::shared_ptr<Work::State>, std::optional<Error>>> ended;
   const auto now = transport::Clock::now();
   for (auto it = point_to_point.begin(); it != point_to_point.end();) {
     PointToPoint& m = *it;
@@ -124,7 +123,6 @@ std::size_t Communicator::Impl::progress_point_to_point(bool stopping) {
     transport->abort(failure->what());  // the peers learn of it; pending ones end
   }
   point_to_point_pending.store(point_to_point.size());
-  for (auto& [state, error] : ended) state->finish(std::move(error));
   return point_to_point.size();
 }
 

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <mutex>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -219,6 +220,39 @@ TEST(PointToPoint, AbortEndsAPendingReceiveAtOnce) {
       return;
     }
     throw std::runtime_error("aborted receive succeeded");
+  }));
+}
+
+TEST(PointToPoint, ACompletionCallbackMayPostTheNextMessage) {
+  // Callbacks run on the worker (a framework's future callbacks): one that
+  // posts a reply must not deadlock against the worker's own progress.
+  expect_all_ok(run_ranks(2, [](Communicator& comm) {
+    float ping = 1.0f, pong = 0.0f;
+    if (comm.rank() == 0) {
+      Work reply;
+      std::mutex mutex;
+      Work got = comm.recv_async(&ping, 1, DataType::float32, 1, 1);
+      got.on_complete([&] {
+        std::lock_guard lock(mutex);
+        pong = ping * 2;
+        reply = comm.send_async(&pong, 1, DataType::float32, 1, 2);
+      });
+      finish(got);
+      for (int i = 0; i < 5000; ++i) {  // until the callback has run (it follows finish)
+        {
+          std::lock_guard lock(mutex);
+          if (pong != 0.0f) break;
+        }
+        std::this_thread::sleep_for(1ms);
+      }
+      std::lock_guard lock(mutex);
+      finish(reply);
+      return;
+    }
+    ping = 21.0f;
+    comm.send(&ping, 1, DataType::float32, 0, 1);
+    comm.recv(&pong, 1, DataType::float32, 0, 2);
+    if (pong != 42.0f) throw std::runtime_error("wrong reply");
   }));
 }
 
