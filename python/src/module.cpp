@@ -266,7 +266,13 @@ PYBIND11_MODULE(_chorus, m) {
           [](PyCommunicator& c, const py::buffer& send, const py::buffer& recv, bool async) {
             Buffer s = buffer_of(send, "alltoall", false), r = buffer_of(recv, "alltoall", true);
             same_type(s, r, "alltoall");
-            const std::size_t block = s.count / static_cast<std::size_t>(c.comm().size());
+            const auto size = static_cast<std::size_t>(c.comm().size());
+            if (s.count % size != 0 || r.count != s.count)
+              throw std::invalid_argument(
+                  "chorus: alltoall: send has " + std::to_string(s.count) + " and recv " +
+                  std::to_string(r.count) + " elements; both need the same count, a multiple of " +
+                  std::to_string(size) + " ranks");
+            const std::size_t block = s.count / size;
             return c.run(async, {s.owner, r.owner}, [&, s = s, r = r](bool async_op) {
               return async_op ? c.comm().alltoall_async(s.data, r.data, block, s.type)
                               : (c.comm().alltoall(s.data, r.data, block, s.type), chorus::Work());

@@ -115,6 +115,8 @@ def errors(rank, size, port):
     refused(lambda: comm.allreduce(np.ones(4, np.float32), np.ones(5, np.float32)), "5")
     refused(lambda: comm.allreduce(np.ones(4, np.int32), op="avg"), "avg")
     refused(lambda: comm.send(np.ones(2), size, tag=0), f"peer {size}")
+    refused(lambda: comm.alltoall(np.ones(2 * size + 1, np.float32), np.ones(2 * size + 1, np.float32)),
+            "a multiple of")
     comm.barrier()
     # a mismatch fails every rank with chorus.Error, naming what differed
     try:
