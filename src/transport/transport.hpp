@@ -113,8 +113,8 @@ class Transport {
   virtual RequestPtr isend(int peer, Tag tag, const void* buf, std::size_t bytes) = 0;
   virtual RequestPtr irecv(int peer, Tag tag, void* buf, std::size_t bytes) = 0;
   // Whether a message from `peer` with `tag` has arrived (whole or begun)
-  // and no receive has taken it yet; never blocks. A receive posted for it
-  // next takes it. (What a receive from any source is built on: the
+  // and no receive has taken it yet, as of the last progress(); never
+  // blocks or progresses. A receive posted for it next takes it. (What a receive from any source is built on: the
   // communicator probes every peer, then posts to the one that sent.)
   virtual bool probe(int peer, Tag tag) = 0;
 

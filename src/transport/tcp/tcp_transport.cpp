@@ -99,7 +99,6 @@ RequestPtr TcpTransport::self_send(Tag tag, const void* buf, std::size_t bytes) 
 
 bool TcpTransport::probe(int peer_rank, Tag tag) {
   check_message("probe", peer_rank, tag, nullptr, 0);
-  progress();
   for (const Unexpected& u : peers_[static_cast<std::size_t>(peer_rank)]->unexpected)
     if (u.tag == tag && !u.claimed) return true;
   return false;

@@ -163,7 +163,6 @@ RequestPtr UcxTransport::isend(int peer, Tag tag, const void* buf, std::size_t b
 bool UcxTransport::probe(int peer, Tag tag) {
   check_message("probe", peer, tag, nullptr, 0);
   State& s = *state_;
-  progress();
   ucp_tag_recv_info_t arrived{};
   // Either kind: the data itself, or a cross-memory descriptor for it.
   return ucp_tag_probe_nb(s.worker, ucx_tag(peer, tag), kDataMask, 0, &arrived) != nullptr;
