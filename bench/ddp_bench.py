@@ -22,10 +22,16 @@ import argparse
 import os
 import socket
 import statistics
+import sys
 import time
 
+try:
+    import torch
+except ImportError:  # `python3` on PATH may not see Debian's packages: run under Debian's
+    if os.path.exists("/usr/bin/python3") and sys.executable != "/usr/bin/python3":
+        os.execv("/usr/bin/python3", ["/usr/bin/python3", *sys.argv])
+    raise
 import numpy as np
-import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn as nn

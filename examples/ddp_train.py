@@ -12,9 +12,15 @@ itself) and rank 0 prints whether they are identical.
 import argparse
 import os
 import socket
+import sys
 import time
 
-import torch
+try:
+    import torch
+except ImportError:  # `python3` on PATH may not see Debian's packages: run under Debian's
+    if os.path.exists("/usr/bin/python3") and sys.executable != "/usr/bin/python3":
+        os.execv("/usr/bin/python3", ["/usr/bin/python3", *sys.argv])
+    raise
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn as nn
