@@ -26,7 +26,6 @@
 
 #include <cstring>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -150,7 +149,10 @@ class ChorusWork : public c10d::Work {
         future_(c10::make_intrusive<at::ivalue::Future>(tensor_list_type())) {}
 
   // Completes this Work (and its Future) when `work` ends, after `after`
-  // (the copies back into the caller's tensors) when it ended well.
+  // (the copies back into the caller's tensors) when it ended well. `after`
+  // also holds every tensor the collective reads or writes (the lambdas
+  // capture them even where they do not use them), so none is freed while
+  // Chorus still uses it.
   static c10::intrusive_ptr<c10d::Work> attach(c10::intrusive_ptr<ChorusWork> self,
                                                chorus::Work work, std::function<void()> after) {
     self->work_ = std::make_shared<chorus::Work>(std::move(work));
