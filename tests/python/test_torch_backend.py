@@ -375,7 +375,12 @@ def killed_peer(rank, size, port):
             loss.backward()
             opt.step()
         except RuntimeError as e:
-            return (time.monotonic() - last_ok, str(e))
+            waited = time.monotonic() - last_ok
+            # Stay a little: a survivor that left at once could be the dead
+            # peer another survivor sees first (the harness ends a rank as
+            # soon as it reports).
+            time.sleep(3)
+            return (waited, str(e))
         last_ok = time.monotonic()
     return None
 
