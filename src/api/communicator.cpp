@@ -17,9 +17,7 @@ Work& Work::operator=(Work&&) noexcept = default;
 Work::Work(std::shared_ptr<State> state) : state_(std::move(state)) {}
 
 bool Work::test() const {
-  if (!state_) return true;
-  std::lock_guard lock(state_->mutex);
-  return state_->done;
+  return !state_ || state_->done.load(std::memory_order_acquire);
 }
 
 bool Work::wait(std::chrono::duration<double> timeout) {
@@ -31,13 +29,13 @@ bool Work::wait(std::chrono::duration<double> timeout) {
                             transport::spin_before_sleep(),
                             std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                 std::min(timeout, std::chrono::duration<double>(1.0))));
-  while (!state_->ended.load(std::memory_order_acquire) &&
+  while (!state_->done.load(std::memory_order_acquire) &&
          std::chrono::steady_clock::now() < spin_end)
     std::this_thread::yield();
   std::unique_lock lock(state_->mutex);
   const auto limit = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::min(timeout, std::chrono::duration<double>(std::chrono::hours(24 * 365))));
-  if (!state_->done_cv.wait_for(lock, limit, [&] { return state_->done; })) return false;
+  if (!state_->done_cv.wait_for(lock, limit, [&] { return state_->done.load(); })) return false;
   if (state_->error) throw *state_->error;
   return true;
 }
@@ -51,14 +49,14 @@ std::optional<Error> Work::error() const {
 int Work::source() const {
   if (!state_) return -1;
   std::lock_guard lock(state_->mutex);
-  return state_->done && !state_->error ? state_->source : -1;
+  return state_->done.load() && !state_->error ? state_->source : -1;
 }
 
 void Work::on_complete(std::function<void()> callback) {
   if (!callback) return;
   if (state_) {
     std::unique_lock lock(state_->mutex);
-    if (!state_->done) {
+    if (!state_->done.load()) {
       state_->on_complete.push_back(std::move(callback));
       return;
     }

@@ -64,8 +64,7 @@ void Work::State::finish(std::optional<Error> e) {
   {
     std::lock_guard lock(mutex);
     error = std::move(e);
-    done = true;
-    ended.store(true, std::memory_order_release);
+    done.store(true, std::memory_order_release);
     callbacks.swap(on_complete);
   }
   done_cv.notify_all();

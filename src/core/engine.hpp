@@ -34,8 +34,8 @@ namespace chorus {
 struct Work::State {
   std::mutex mutex;
   std::condition_variable done_cv;
-  bool done = false;
-  std::atomic<bool> ended{false};  // `done`, readable without the mutex (waiters spin on it)
+  // Set once, under `mutex` (with `error`); read without it too (waiters spin on it).
+  std::atomic<bool> done{false};
   std::optional<Error> error;
   int source = -1;  // a receive's sender, set before finish()
   std::vector<std::function<void()>> on_complete;  // run once, by finish()
