@@ -87,7 +87,7 @@ void check_same(const at::Tensor& a, const at::Tensor& b, const std::string& wha
 }
 
 // The reduction a torch ReduceOp asks for on `t`; PREMUL_SUM scales a copy
-// of the input first (see prepare_reduction).
+// of the input first (see premultiplied).
 chorus::ReduceOp reduce_op_of(const c10d::ReduceOp& op, const at::Tensor& t, const std::string& what) {
   const bool is_bool = t.scalar_type() == at::kBool;
   const bool is_float = at::isFloatingType(t.scalar_type());
@@ -229,7 +229,7 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
     for (const auto& t : tensors) flat_parts.push_back(t.reshape({-1}));
     at::Tensor flat = at::cat(flat_parts);
     const chorus::ReduceOp op = reduce_op_of(opts.reduceOp, flat, what);
-    prepare_reduction(opts.reduceOp, flat, what);
+    flat = premultiplied(opts.reduceOp, flat, what);
     auto work = c10::make_intrusive<ChorusWork>(rank_, OpType::ALLREDUCE, what, tensors);
     return ChorusWork::attach(work,
                               comm_.allreduce_async(flat.data_ptr(), flat.data_ptr(),
@@ -361,10 +361,9 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
     check_tensor(input, what);
     check_tensor(output, what);
     check_blocks(input, output, what);
-    // A copy: Chorus reduces into scratch, but the caller's input must stay.
-    at::Tensor flat = input.contiguous();
-    if (flat.is_same(input) && opts.reduceOp.op_ == c10d::ReduceOp::PREMUL_SUM) flat = input.clone();
-    return scatter_reduced(what, OpType::_REDUCE_SCATTER_BASE, flat, output, opts.reduceOp);
+    // Chorus leaves an out-of-place send as it was: the input is used as is.
+    return scatter_reduced(what, OpType::_REDUCE_SCATTER_BASE, input.contiguous(), output,
+                           opts.reduceOp);
   }
 
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
@@ -477,9 +476,7 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
                                              int root) {
     const chorus::ReduceOp op = reduce_op_of(reduce_op, tensor, what);
     Operand t = Operand::of(tensor);
-    if (reduce_op.op_ == c10d::ReduceOp::PREMUL_SUM && t.buffer.is_same(tensor))
-      t.buffer = tensor.clone();  // the factor must not touch the caller's data before the end
-    prepare_reduction(reduce_op, t.buffer, what);
+    t.buffer = premultiplied(reduce_op, t.buffer, what);
     const chorus::DataType dtype = datatype_of(tensor, what);
     auto work = c10::make_intrusive<ChorusWork>(rank_, type, what, std::vector<at::Tensor>{tensor});
     chorus::Work posted;  // empty: already ended
@@ -507,7 +504,7 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
                                                  at::Tensor flat, at::Tensor& output,
                                                  const c10d::ReduceOp& reduce_op) {
     const chorus::ReduceOp op = reduce_op_of(reduce_op, flat, what);
-    prepare_reduction(reduce_op, flat, what);
+    flat = premultiplied(reduce_op, flat, what);
     const Operand out = Operand::of(output);
     auto work = c10::make_intrusive<ChorusWork>(rank_, type, what, std::vector<at::Tensor>{output});
     return ChorusWork::attach(
@@ -517,11 +514,12 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
         [flat, out] { out.copy_back(); });
   }
 
-  // PREMUL_SUM: this rank's contribution times the factor (in `buffer`,
-  // which is never the caller's tensor).
-  static void prepare_reduction(const c10d::ReduceOp& op, at::Tensor& buffer,
-                                const std::string& what) {
-    if (op.op_ == c10d::ReduceOp::PREMUL_SUM) buffer.mul_(premul_factor(op, what));
+  // What this rank contributes: `buffer` itself, or for PREMUL_SUM a new
+  // tensor of it times the factor (so the caller's data changes only when
+  // the result is written back).
+  static at::Tensor premultiplied(const c10d::ReduceOp& op, const at::Tensor& buffer,
+                                  const std::string& what) {
+    return op.op_ == c10d::ReduceOp::PREMUL_SUM ? buffer * premul_factor(op, what) : buffer;
   }
 
   void check_root(int64_t root, const std::string& what) const {
