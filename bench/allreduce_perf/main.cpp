@@ -235,6 +235,20 @@ class Runner {
     const coll::CollectiveKind kind = kind_of(o_.collective);
     return *engine().choose(kind, algorithm, coll::choice_bytes(kind, shape, ranks_)).row;
   }
+  // Whether algorithm `a` can run a call of `count` here (shm: only while
+  // the call fits the host segment's slots); why_not() says why not.
+  bool runs(std::size_t count, DataType type, const std::string& a) {
+    return why_not(count, type, a).empty();
+  }
+  std::string why_not(std::size_t count, DataType type, const std::string& a) {
+    try {
+      algorithm_row(count, type, a);
+      return {};
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::invalid_argument) throw;
+      return e.what();
+    }
+  }
   Communicator::Impl& engine() { return CommunicatorAccess::engine(comm_); }
   static CallOptions forced(const std::string& algorithm) {
     CallOptions options;
@@ -371,8 +385,9 @@ class Runner {
     // Warm-up at the largest and the smallest size, as nccl-tests does.
     for (const std::string& a : o_.algorithms)
       for (std::size_t bytes : {o_.max_bytes, o_.min_bytes})
-        for (int i = 0; i < o_.warmup_iters; ++i)
-          call(rounded(bytes / esize), type, op, false, forced(a));
+        if (runs(rounded(bytes / esize), type, a))
+          for (int i = 0; i < o_.warmup_iters; ++i)
+            call(rounded(bytes / esize), type, op, false, forced(a));
 #if defined(CHORUS_PERF_WITH_MPI)
     if (o_.mpi && mpi_has(type, op))
       for (std::size_t bytes : {o_.max_bytes, o_.min_bytes})
@@ -381,6 +396,10 @@ class Runner {
     for (std::size_t size : o_.sizes()) {
       const std::size_t count = rounded(size / esize);
       for (const std::string& a : o_.algorithms) {
+        if (!runs(count, type, a)) {  // shm beyond its slots: a row with the reason
+          if (rank_ == 0) std::printf("# %zu bytes: %s\n", count * esize, why_not(count, type, a).c_str());
+          continue;
+        }
         Row row;
         row.bytes = count * esize;
         row.count = count;

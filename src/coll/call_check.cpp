@@ -58,7 +58,7 @@ int rounds_for(int p) {
 }
 }  // namespace
 
-CallCheck::CallCheck(const Collective& collective, const CallSignature& mine,
+MessageCallCheck::MessageCallCheck(const Collective& collective, const CallSignature& mine,
                      std::string_view (*name_algorithm)(std::uint8_t))
     : collective_(collective), name_algorithm_(name_algorithm) {
   static_assert(std::is_trivially_copyable_v<Extremes>);
@@ -69,9 +69,9 @@ CallCheck::CallCheck(const Collective& collective, const CallSignature& mine,
   if (rounds_ > 0) start_round();
 }
 
-CallCheck::~CallCheck() = default;
+MessageCallCheck::~MessageCallCheck() = default;
 
-void CallCheck::start_round() {
+void MessageCallCheck::start_round() {
   transport::Transport& t = collective_.transport;
   const int p = t.size(), r = t.rank(), reach = 1 << round_;
   const auto tag = collective_.message_tag(1, static_cast<unsigned>(round_), kCheckSegment);
@@ -81,13 +81,13 @@ void CallCheck::start_round() {
                            sizeof(Extremes)));
 }
 
-bool CallCheck::sends_done() const noexcept {
+bool MessageCallCheck::sends_done() const noexcept {
   for (const auto& s : sends_)
     if (!s->done()) return false;
   return true;
 }
 
-void CallCheck::poll() {
+void MessageCallCheck::poll() {
   while (round_ < rounds_ && receive_->done()) {
     if (const Error* e = receive_->error()) throw *e;
     if (receive_->received_bytes() != sizeof incoming_)
@@ -113,18 +113,23 @@ void CallCheck::poll() {
   if (round_ == rounds_) throw_if_mismatched();
 }
 
-void CallCheck::throw_if_mismatched() const {
-  if (seen_.low == seen_.high) return;
-  throw Error(ErrorCode::mismatched_collective,
-              fmt::format("ranks called different collectives as call #{}: rank {} called {}, "
-                          "rank {} called {}",
-                          collective_.sequence, seen_.low_rank,
-                          describe(seen_.low, name_algorithm_(seen_.low.algorithm)),
-                          seen_.high_rank,
-                          describe(seen_.high, name_algorithm_(seen_.high.algorithm))));
+Error mismatch_error(std::uint64_t sequence, const CallSignature& low, int low_rank,
+                     const CallSignature& high, int high_rank,
+                     std::string_view (*name_algorithm)(std::uint8_t)) {
+  return Error(ErrorCode::mismatched_collective,
+               fmt::format("ranks called different collectives as call #{}: rank {} called {}, "
+                           "rank {} called {}",
+                           sequence, low_rank, describe(low, name_algorithm(low.algorithm)),
+                           high_rank, describe(high, name_algorithm(high.algorithm))));
 }
 
-void CallCheck::finish(transport::Deadline deadline) {
+void MessageCallCheck::throw_if_mismatched() const {
+  if (seen_.low == seen_.high) return;
+  throw mismatch_error(collective_.sequence, seen_.low, seen_.low_rank, seen_.high,
+                       seen_.high_rank, name_algorithm_);
+}
+
+void MessageCallCheck::finish(transport::Deadline deadline) {
   transport::Transport& t = collective_.transport;
   while (round_ < rounds_) {
     // poll() replaces receive_ when a round ends: hold this round's request.

@@ -2,7 +2,7 @@
 // count, dtype, op, root, algorithm or collective) is an error on every rank
 // instead of a silently wrong result.
 //
-// Each rank contributes its call's signature; a dissemination exchange of
+// Each rank contributes its call's signature. MessageCallCheck: a dissemination exchange of
 // ceil(log2 p) rounds of one small message each gives every rank the smallest
 // and the largest signature of all ranks (and who made them). They are equal
 // exactly when all ranks agree. The rounds run beside the algorithm: the
@@ -12,7 +12,9 @@
 // with the same verdict and the same message.
 //
 // Its messages use segment kCheckSegment of the call's tag space, which the
-// algorithms leave free.
+// algorithms leave free. When every rank is on one host, HostCallCheck
+// (coll/shared_memory.hpp) does the same through the host segment: each rank
+// writes its signature into its slot and reads the others', no messages.
 #pragma once
 
 #include "coll/collective.hpp"
@@ -66,24 +68,42 @@ struct CallSignature {
 // by message instead.
 std::string describe(const CallSignature& signature, std::string_view algorithm_name);
 
+// What a collective's waits poll (Collective::check): the proof, running
+// beside the algorithm, that every rank made the same call. Two kinds:
+// MessageCallCheck below (messages through the transport), and
+// HostCallCheck (coll/shared_memory.hpp: signatures in the host segment,
+// when every rank is on one host).
 class CallCheck {
+ public:
+  virtual ~CallCheck() = default;
+  // Moves the check forward without blocking. Throws the mismatch Error
+  // once the check has shown one, or a peer's failure.
+  virtual void poll() = 0;
+  // Blocks until the check is over (bounded by `deadline`); throws the
+  // mismatch Error if the ranks disagree.
+  virtual void finish(transport::Deadline deadline) = 0;
+  virtual bool finished() const noexcept = 0;
+};
+
+// The Error every kind of check throws for call #`sequence` when `low`
+// (made by `low_rank`) and `high` differ; the same text on every rank.
+Error mismatch_error(std::uint64_t sequence, const CallSignature& low, int low_rank,
+                     const CallSignature& high, int high_rank,
+                     std::string_view (*name_algorithm)(std::uint8_t));
+
+class MessageCallCheck final : public CallCheck {
  public:
   // Starts the exchange (posts round 0). `name_algorithm` turns an algorithm
   // index into its name for messages.
-  CallCheck(const Collective& collective, const CallSignature& mine,
-            std::string_view (*name_algorithm)(std::uint8_t));
-  CallCheck(const CallCheck&) = delete;
-  CallCheck& operator=(const CallCheck&) = delete;
-  ~CallCheck();
+  MessageCallCheck(const Collective& collective, const CallSignature& mine,
+                   std::string_view (*name_algorithm)(std::uint8_t));
+  MessageCallCheck(const MessageCallCheck&) = delete;
+  MessageCallCheck& operator=(const MessageCallCheck&) = delete;
+  ~MessageCallCheck() override;
 
-  // Moves the exchange forward without blocking. Throws the mismatch Error
-  // once the exchange has shown one, or a peer's failure.
-  void poll();
-  // Blocks until the exchange is over (bounded by `deadline`); throws the
-  // mismatch Error if the ranks disagree.
-  void finish(transport::Deadline deadline);
-  bool finished() const noexcept { return round_ == rounds_ && sends_done(); }
-
+  void poll() override;
+  void finish(transport::Deadline deadline) override;
+  bool finished() const noexcept override { return round_ == rounds_ && sends_done(); }
  private:
   struct Extremes {
     CallSignature low, high;

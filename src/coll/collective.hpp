@@ -23,9 +23,14 @@
 #include <memory>
 #include <span>
 
+namespace chorus::shm {
+class Segment;
+}
+
 namespace chorus::coll {
 
 class CallCheck;
+struct CallSignature;
 
 inline constexpr transport::Tag kPointToPointTagBit = transport::Tag{1} << (transport::kTagBits - 1);
 
@@ -54,12 +59,19 @@ inline constexpr unsigned kCheckSegment = 4095;
 
 struct Collective {
   transport::Transport& transport;
-  std::uint32_t sequence;  // this call's number on its communicator
+  std::uint64_t sequence;  // this call's number on its communicator (from 1; 0: set-up and probe)
   transport::Deadline deadline;
   CallCheck* check = nullptr;  // none in algorithm-only tests
   // Set (by another thread) to make every wait end with ErrorCode::aborted.
   const std::atomic<bool>* abort_requested = nullptr;
   Scratch* scratch = nullptr;  // none: a per-thread one is used
+  // When every rank is on one host: the memory they share (shm/segment.hpp),
+  // for the shared-memory algorithms (coll/shared_memory.hpp) and the call
+  // check. Null otherwise.
+  shm::Segment* host = nullptr;
+  // This call's signature, when the call check is on: the shared-memory
+  // algorithms carry it in their own exchange (they run with check == null).
+  const CallSignature* signature = nullptr;
 
   // `bytes` of scratch memory in `slot` (see Scratch).
   std::byte* scratch_buffer(unsigned slot, std::size_t bytes) const;

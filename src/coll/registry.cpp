@@ -5,6 +5,7 @@
 #include "coll/recursive_doubling.hpp"
 #include "coll/ring.hpp"
 #include "coll/selector.hpp"
+#include "coll/shared_memory.hpp"
 #include "coll/tree.hpp"
 
 #include <fmt/format.h>
@@ -44,6 +45,15 @@ bool reduce_scatter_halving_preferred(std::size_t total_bytes, int p) {
   return p > 2 && total_bytes < 64 * 1024;
 }
 
+// ---- what a shared-memory row writes into its slot, for a call of
+// choice_bytes() `bytes` on p ranks (it runs while that fits CHORUS_SHM_BYTES)
+
+std::size_t whole(std::size_t bytes, int) { return bytes; }
+std::size_t every_block(std::size_t block_bytes, int p) {
+  return block_bytes * static_cast<std::size_t>(p);
+}
+std::size_t nothing(std::size_t, int) { return 0; }
+
 // ---- how each row runs a call
 
 template <void (*Algorithm)(const Collective&, const void*, void*, std::size_t, DataType, ReduceOp)>
@@ -74,99 +84,120 @@ constexpr AlgorithmRow kRows[] = {
      allreduce<recursive_doubling_allreduce>, recursive_doubling_cost},
     {5, K::allreduce, "direct_one_shot", "direct", "every rank sends its whole buffer to all",
      any_p, never, allreduce<direct_one_shot_allreduce>, direct_one_shot_cost},
+    // Not a Variant: chosen before the cost model whenever it fits a slot.
+    {6, K::allreduce, "shm", "shm",
+     "each rank's buffer in its slot of the host segment; every rank reduces all, in rank order",
+     any_p, never, shm_allreduce, nullptr, whole},
 
-    {6, K::broadcast, "chain", "chain", "segments passed along the ring from the root", any_p,
+    {7, K::broadcast, "shm", "shm", "the root's buffer through its slot of the host segment",
+     any_p, never, shm_broadcast, nullptr, whole},
+    {8, K::broadcast, "chain", "chain", "segments passed along the ring from the root", any_p,
      broadcast_chain_preferred,
      [](const Collective& c, const Operands& o) {
        broadcast_chain(c, o.recv, o.count, o.type, o.root);
      }},
-    {7, K::broadcast, "binomial_tree", "binomial_tree", "binomial tree of the whole buffer",
+    {9, K::broadcast, "binomial_tree", "binomial_tree", "binomial tree of the whole buffer",
      any_p, never,
      [](const Collective& c, const Operands& o) {
        broadcast_binomial(c, o.recv, o.count, o.type, o.root);
      }},
 
-    {8, K::reduce, "reduce_scatter_gather", "reduce_scatter_gather",
+    {10, K::reduce, "shm", "shm", "every slot of the host segment reduced at the root, in rank order",
+     any_p, never, shm_reduce, nullptr, whole},
+    {11, K::reduce, "reduce_scatter_gather", "reduce_scatter_gather",
      "ring reduce-scatter, then a gather at the root", any_p, reduce_scatter_gather_preferred,
      [](const Collective& c, const Operands& o) {
        reduce_scatter_gather(c, o.send, o.recv, o.count, o.type, o.op, o.root);
      }},
-    {9, K::reduce, "binomial_tree", "binomial_tree", "binomial tree towards the root, segmented",
+    {12, K::reduce, "binomial_tree", "binomial_tree", "binomial tree towards the root, segmented",
      any_p, never,
      [](const Collective& c, const Operands& o) {
        reduce_binomial(c, o.send, o.recv, o.count, o.type, o.op, o.root);
      }},
 
-    {10, K::allgather, "bruck", "bruck", "Bruck: ceil(log2 p) steps of growing block sets",
+    {13, K::allgather, "shm", "shm", "every block through its rank's slot of the host segment",
+     any_p, never, shm_allgather, nullptr, whole},
+    {14, K::allgather, "bruck", "bruck", "Bruck: ceil(log2 p) steps of growing block sets",
      any_p, allgather_bruck_preferred,
      [](const Collective& c, const Operands& o) {
        allgather_bruck(c, o.send, o.recv, o.count, o.type);
      }},
-    {11, K::allgather, "ring", "ring", "each block passed once around the ring", any_p, never,
+    {15, K::allgather, "ring", "ring", "each block passed once around the ring", any_p, never,
      [](const Collective& c, const Operands& o) {
        allgatherv(c, o.send, o.recv, BlockLayout::uniform(c.transport.size(), o.count), o.type);
      }},
 
-    {12, K::reduce_scatter, "recursive_halving", "recursive_halving",
+    {16, K::reduce_scatter, "shm", "shm",
+     "every rank reduces its block from all slots of the host segment", any_p, never,
+     shm_reduce_scatter, nullptr, whole},
+    {17, K::reduce_scatter, "recursive_halving", "recursive_halving",
      "recursive halving: log2 p steps (p a power of two)", power_of_two,
      reduce_scatter_halving_preferred,
      [](const Collective& c, const Operands& o) {
        reduce_scatter_halving(c, o.send, o.recv, equal_counts(c, o.count), o.type, o.op);
      }},
-    {13, K::reduce_scatter, "ring", "ring", "partial sums passed around the ring", any_p, never,
+    {18, K::reduce_scatter, "ring", "ring", "partial sums passed around the ring", any_p, never,
      [](const Collective& c, const Operands& o) {
        reduce_scatter_ring(c, o.send, o.recv, equal_counts(c, o.count), o.type, o.op);
      }},
 
-    {14, K::alltoall, "bruck", "bruck", "Bruck: ceil(log2 p) steps, blocks packed per step",
+    {19, K::alltoall, "shm", "shm", "every rank's blocks through its slot of the host segment",
+     any_p, never, shm_alltoall, nullptr, every_block},
+    {20, K::alltoall, "bruck", "bruck", "Bruck: ceil(log2 p) steps, blocks packed per step",
      any_p, alltoall_bruck_preferred,
      [](const Collective& c, const Operands& o) {
        alltoall_bruck(c, o.send, o.recv, o.count, o.type);
      }},
-    {15, K::alltoall, "pairwise", "pairwise", "every pair exchanges once, all posted at once",
+    {21, K::alltoall, "pairwise", "pairwise", "every pair exchanges once, all posted at once",
      any_p, never,
      [](const Collective& c, const Operands& o) {
        alltoall_pairwise(c, o.send, o.recv, o.count, o.type);
      }},
 
-    {16, K::barrier, "dissemination", "dissemination", "ceil(log2 p) rounds of empty messages",
+    {22, K::barrier, "shm", "shm", "a flag per rank in the host segment", any_p, never,
+     shm_barrier, nullptr, nothing},
+    {23, K::barrier, "dissemination", "dissemination", "ceil(log2 p) rounds of empty messages",
      any_p, never, [](const Collective& c, const Operands&) { barrier(c); }},
 
-    {17, K::allgatherv, "ring", "ring", "each block passed once around the ring", any_p, never,
+    {24, K::allgatherv, "ring", "ring", "each block passed once around the ring", any_p, never,
      [](const Collective& c, const Operands& o) {
        allgatherv(c, o.send, o.recv, o.recv_blocks, o.type);
      }},
 
-    {18, K::reduce_scatter_v, "recursive_halving", "recursive_halving",
+    {25, K::reduce_scatter_v, "recursive_halving", "recursive_halving",
      "recursive halving: log2 p steps (p a power of two)", power_of_two,
      reduce_scatter_halving_preferred,
      [](const Collective& c, const Operands& o) {
        reduce_scatter_halving(c, o.send, o.recv, o.recv_blocks.counts, o.type, o.op);
      }},
-    {19, K::reduce_scatter_v, "ring", "ring", "partial sums passed around the ring", any_p, never,
+    {26, K::reduce_scatter_v, "ring", "ring", "partial sums passed around the ring", any_p, never,
      [](const Collective& c, const Operands& o) {
        reduce_scatter_ring(c, o.send, o.recv, o.recv_blocks.counts, o.type, o.op);
      }},
 
-    {20, K::alltoallv, "pairwise", "pairwise", "every pair exchanges once, all posted at once",
+    {27, K::alltoallv, "pairwise", "pairwise", "every pair exchanges once, all posted at once",
      any_p, never,
      [](const Collective& c, const Operands& o) {
        alltoallv(c, o.send, o.send_blocks, o.recv, o.recv_blocks, o.type);
      }},
 
-    {21, K::gather, "linear", "linear", "the root receives from every rank at once", any_p, never,
+    {28, K::gather, "shm", "shm", "the root reads every rank's slot of the host segment", any_p,
+     never, shm_gather, nullptr, whole},
+    {29, K::gather, "linear", "linear", "the root receives from every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
        gatherv(c, o.send, o.count, o.recv, o.recv_blocks, o.type, o.root);
      }},
-    {22, K::gatherv, "linear", "linear", "the root receives from every rank at once", any_p, never,
+    {30, K::gatherv, "linear", "linear", "the root receives from every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
        gatherv(c, o.send, o.count, o.recv, o.recv_blocks, o.type, o.root);
      }},
-    {23, K::scatter, "linear", "linear", "the root sends to every rank at once", any_p, never,
+    {31, K::scatter, "shm", "shm", "every rank reads its block from the root's slot", any_p,
+     never, shm_scatter, nullptr, every_block},
+    {32, K::scatter, "linear", "linear", "the root sends to every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
        scatterv(c, o.send, o.send_blocks, o.recv, o.count, o.type, o.root);
      }},
-    {24, K::scatterv, "linear", "linear", "the root sends to every rank at once", any_p, never,
+    {33, K::scatterv, "linear", "linear", "the root sends to every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
        scatterv(c, o.send, o.send_blocks, o.recv, o.count, o.type, o.root);
      }},
@@ -181,7 +212,9 @@ static_assert(ids_are_indices_and_kinds_in_order(),
               "a row's id is its index, and a collective's rows are contiguous");
 constexpr bool allreduce_rows_are_variants() {
   int rows = 0;
-  for (const AlgorithmRow& row : kRows) rows += row.kind == K::allreduce;
+  for (const AlgorithmRow& row : kRows) rows += row.kind == K::allreduce && row.cost != nullptr;
+  for (int i = 0; i < kVariantCount; ++i)
+    if (kRows[i].kind != K::allreduce || kRows[i].cost == nullptr) return false;
   return rows == kVariantCount && kRows[static_cast<int>(Variant::ring)].name == "ring" &&
          kRows[static_cast<int>(Variant::direct_one_shot)].name == "direct_one_shot";
 }
@@ -237,7 +270,12 @@ std::size_t choice_bytes(CollectiveKind kind, const Operands& o, int p) noexcept
 }
 
 AlgorithmChoice choose_algorithm(CollectiveKind kind, std::string_view forced, std::size_t bytes,
-                                 int p, const Selector& allreduce_selector) {
+                                 int p, const Selector& allreduce_selector,
+                                 std::optional<std::size_t> host_slot_bytes) {
+  auto fits_host = [&](const AlgorithmRow& r) {
+    return r.host_slot_need != nullptr && host_slot_bytes &&
+           r.host_slot_need(bytes, p) <= *host_slot_bytes;
+  };
   const AlgorithmRow* row = nullptr;
   if (!forced.empty() && forced != "auto") {
     row = find_row(kind, forced);
@@ -249,7 +287,24 @@ AlgorithmChoice choose_algorithm(CollectiveKind kind, std::string_view forced, s
       throw Error(ErrorCode::invalid_argument,
                   fmt::format("{}: algorithm {} cannot run on {} ranks ({})", to_string(kind),
                               row->name, p, row->summary));
+    if (row->host_slot_need != nullptr) {
+      if (!host_slot_bytes)
+        throw Error(ErrorCode::invalid_argument,
+                    fmt::format("{}: algorithm {} needs every rank on one host (a host segment; "
+                                "CHORUS_SHM=1), and this communicator has none",
+                                to_string(kind), row->name));
+      if (!fits_host(*row))
+        throw Error(ErrorCode::invalid_argument,
+                    fmt::format("{}: algorithm {} writes {} bytes per rank here, more than the "
+                                "host segment's {}-byte slots (CHORUS_SHM_BYTES)",
+                                to_string(kind), row->name, row->host_slot_need(bytes, p),
+                                *host_slot_bytes));
+      return {row, 0, "forced"};
+    }
   }
+  if (row == nullptr)
+    for (const AlgorithmRow& r : rows_of(kind))
+      if (fits_host(r)) return {&r, 0, "host segment"};
   if (kind == CollectiveKind::allreduce) {
     // A family is compared among its own rows by the cost model; a single
     // row of a family ("direct_one_shot") is taken as it is.
@@ -264,16 +319,20 @@ AlgorithmChoice choose_algorithm(CollectiveKind kind, std::string_view forced, s
   }
   if (row != nullptr) return {row, 0, "forced"};
   const auto rows = rows_of(kind);
+  const auto messaging = std::count_if(rows.begin(), rows.end(), [](const AlgorithmRow& r) {
+    return r.host_slot_need == nullptr;
+  });
+  const char* reason = messaging == 1 ? "only one" : "threshold";
   const AlgorithmRow* fallback = nullptr;
   for (const AlgorithmRow& r : rows) {
-    if (!r.runs_on(p)) continue;
-    if (r.preferred(bytes, p)) return {&r, 0, rows.size() == 1 ? "only one" : "threshold"};
+    if (!r.runs_on(p) || r.host_slot_need != nullptr) continue;
+    if (r.preferred(bytes, p)) return {&r, 0, reason};
     fallback = &r;
   }
   if (fallback == nullptr)
     throw Error(ErrorCode::internal,
                 fmt::format("{}: no algorithm runs on {} ranks", to_string(kind), p));
-  return {fallback, 0, rows.size() == 1 ? "only one" : "threshold"};
+  return {fallback, 0, reason};
 }
 
 }  // namespace chorus::coll

@@ -24,6 +24,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -65,6 +66,11 @@ struct AlgorithmRow {
   // AllReduce: its alpha-beta-gamma price (cost_model.hpp), beside the
   // algorithm; null for the other collectives.
   CostFormula cost = nullptr;
+  // A shared-memory row (coll/shared_memory.hpp): the bytes a rank writes
+  // into its slot for a call of choice_bytes() `bytes` on p ranks. It runs
+  // only with a host segment whose slots hold that, and is then chosen
+  // before every other row. Null for the rows that send messages.
+  std::size_t (*host_slot_need)(std::size_t bytes, int p) = nullptr;
 };
 
 // All rows, by id.
@@ -90,13 +96,17 @@ std::size_t choice_bytes(CollectiveKind kind, const Operands& operands, int p) n
 struct AlgorithmChoice {
   const AlgorithmRow* row;
   double predicted_seconds;  // AllReduce only (0 for the others)
-  const char* reason;        // "forced", "tuning file", "cost model", "threshold", "only one"
+  const char* reason;  // "forced", "host segment", "tuning file", "cost model", "threshold", "only one"
 };
 // What runs a call: `forced` (a name or family of `kind`'s rows; empty or
-// "auto" for the automatic choice). AllReduce asks `allreduce_selector`.
+// "auto" for the automatic choice). `host_slot_bytes`: the slot size of the
+// communicator's host segment, none without one. A shared-memory row that
+// fits is chosen first; otherwise AllReduce asks `allreduce_selector`.
 // Throws Error(invalid_argument) for an unknown name, and for a forced row
-// that cannot run on p ranks, naming both.
+// that cannot run on p ranks (or without a host segment, or beyond its
+// slots), naming both.
 AlgorithmChoice choose_algorithm(CollectiveKind kind, std::string_view forced, std::size_t bytes,
-                                 int p, const Selector& allreduce_selector);
+                                 int p, const Selector& allreduce_selector,
+                                 std::optional<std::size_t> host_slot_bytes = std::nullopt);
 
 }  // namespace chorus::coll

@@ -137,6 +137,7 @@ Choice Selector::choose(Algorithm requested, std::size_t bytes, int ranks) const
   // tie goes to the earlier row: the order in which they pipelined best in
   // allreduce_perf -A all on the development machine (docs/tuning.md).
   for (const AlgorithmRow& row : rows_of(CollectiveKind::allreduce)) {
+    if (row.cost == nullptr) continue;  // not priced: shared memory, chosen before the model
     const auto v = static_cast<Variant>(row.id);
     if (requested != Algorithm::automatic && family(v) != requested) continue;
     const double t = predicted_seconds(v, model_, bytes, ranks);
@@ -249,7 +250,7 @@ CostModel probe_cost_model(const Collective& c, bool with_call_check) {
           Collective one = fresh(sequence++);
           // A call runs beside its call check, whose rounds a variant with
           // few steps of its own cannot hide (one-shot): time them together.
-          std::optional<CallCheck> check;
+          std::optional<MessageCallCheck> check;
           if (with_call_check) {
             const CallSignature signature{static_cast<std::uint8_t>(CollectiveKind::allreduce),
                                           static_cast<std::uint8_t>(DataType::float32),

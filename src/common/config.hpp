@@ -21,6 +21,8 @@ enum class Variable {
   mpi_min_bytes,
   mpi_verbose,
   rank,
+  shm,
+  shm_bytes,
   simd,
   size,
   socket_addr,

@@ -31,7 +31,7 @@ struct Call {
   coll::CollectiveKind kind = coll::CollectiveKind::allreduce;
   coll::CallSignature signature;  // what the call check compares across ranks
   const coll::AlgorithmRow* algorithm = nullptr;  // what runs it, chosen once
-  std::uint32_t sequence = 0;
+  std::uint64_t sequence = 0;
   // The v-forms' layouts are copies: an async call must not depend on the
   // caller's arrays.
   coll::Operands operands;

@@ -3,6 +3,7 @@
 #include "bootstrap/launch.hpp"
 #include "common/config.hpp"
 #include "common/logging.hpp"
+#include "coll/shared_memory.hpp"
 
 #include <fmt/format.h>
 
@@ -49,12 +50,40 @@ AlgorithmNames parse_algorithm_names(std::string_view text, std::string_view whe
   return names;
 }
 
-// CHORUS_CHECK=0 turns the call check off (1, the default, keeps it).
-bool check_from_env() {
-  const auto value = config::get(config::Variable::check);
-  if (!value || *value == "1") return true;
+// A 0-or-1 variable (unset: `otherwise`).
+bool switch_from_env(config::Variable variable, bool otherwise) {
+  const auto value = config::get(variable);
+  if (!value) return otherwise;
+  if (*value == "1") return true;
   if (*value == "0") return false;
-  throw Error(ErrorCode::invalid_argument, fmt::format("CHORUS_CHECK='{}' is not 0 or 1", *value));
+  throw Error(ErrorCode::invalid_argument,
+              fmt::format("{}='{}' is not 0 or 1", config::name(variable), *value));
+}
+
+// CHORUS_SHM_BYTES: a count of bytes, at least a cache line's worth.
+std::size_t shm_bytes_from_env() {
+  const auto value = config::get(config::Variable::shm_bytes);
+  if (!value) return 65536;
+  char* end = nullptr;
+  const unsigned long long bytes = std::strtoull(value->c_str(), &end, 10);
+  if (*end != '\0' || bytes < 64 || bytes > (std::size_t{1} << 30))
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("CHORUS_SHM_BYTES='{}' is not a byte count from 64 to 1 GiB", *value));
+  return static_cast<std::size_t>(bytes);
+}
+
+// The host segment when every rank is on this host (null otherwise): set up
+// with all-gathers over the freshly connected transport.
+std::unique_ptr<shm::Segment> attach_host_segment(transport::Transport& t, double timeout_seconds,
+                                                  const std::atomic<bool>* abort_requested,
+                                                  coll::Scratch* scratch) {
+  if (!switch_from_env(config::Variable::shm, true)) return nullptr;
+  const coll::Collective setup{t, 0, transport::deadline_after(timeout_seconds), nullptr,
+                               abort_requested, scratch};
+  return shm::Segment::attach(t.rank(), t.size(), shm_bytes_from_env(),
+                              [&](const void* mine, std::size_t bytes, void* out) {
+                                coll::allgather_bruck(setup, mine, out, bytes, DataType::uint8);
+                              });
 }
 
 }  // namespace
@@ -92,7 +121,8 @@ Communicator::Impl::Impl(std::unique_ptr<transport::Transport> t,
                                         config::name(config::Variable::algo));
   coll::Tuning tuning;
   if (const auto path = config::get(config::Variable::tuning_file)) tuning = coll::read_tuning(*path);
-  check_calls = check_from_env();
+  check_calls = switch_from_env(config::Variable::check, true);
+  host = attach_host_segment(*transport, timeout_seconds, &abort_requested, &scratch);
   // Threads share the log; a split communicator's rank is not the process's.
   if (transport->name() != "local" && !split) log::set_rank(transport->rank());
 
@@ -142,7 +172,8 @@ coll::AlgorithmChoice Communicator::Impl::choose(coll::CollectiveKind kind,
   std::string_view name = forced_by_env[k];
   if (name.empty() && !requested.empty() && requested != "auto") name = requested;
   if (name.empty()) name = communicator_choice[k];
-  return coll::choose_algorithm(kind, name, bytes, transport->size(), *selector);
+  return coll::choose_algorithm(kind, name, bytes, transport->size(), *selector,
+                                host ? std::optional(host->slot_bytes()) : std::nullopt);
 }
 
 core::Call Communicator::Impl::make_call(coll::CollectiveKind kind, const core::CallArgs& args,
@@ -184,7 +215,7 @@ void Communicator::Impl::log_choice(const core::Call& call, const coll::Algorith
   if (call.kind == coll::CollectiveKind::allreduce) {
     prices = fmt::format(", predicted {:.1f} us (others, us:", us(choice.predicted_seconds));
     for (const coll::AlgorithmRow& row : coll::rows_of(coll::CollectiveKind::allreduce))
-      if (&row != choice.row)
+      if (&row != choice.row && row.cost != nullptr)
         prices += fmt::format(" {} {:.1f}", row.name,
                               us(coll::predicted_seconds(static_cast<coll::Variant>(row.id),
                                                          selector->model(), bytes, p)));
@@ -218,17 +249,28 @@ Counters Communicator::Impl::counters() const {
 void Communicator::Impl::run(const core::Call& call) {
   std::lock_guard run_lock(run_mutex);
   if (poisoned.load()) throw poisoned_error();
-  const auto deadline = transport::deadline_after(timeout_seconds);
-  coll::Collective c{*transport, call.sequence, deadline, nullptr, &abort_requested, &scratch};
-  // Declared outside the try: its posted receive must not outlive its
-  // buffer, and the transport is aborted in the catch before it goes.
-  std::optional<coll::CallCheck> check;
   const auto start = transport::Clock::now();
+  const auto deadline =
+      start + std::chrono::duration_cast<transport::Clock::duration>(
+                  std::chrono::duration<double>(timeout_seconds));
+  coll::Collective c{*transport, call.sequence, deadline,  nullptr,
+                     &abort_requested, &scratch,  host.get(),
+                     check_calls ? &call.signature : nullptr};
+  // Declared outside the try: a posted receive must not outlive its
+  // buffer, and the transport is aborted in the catch before it goes.
+  // With a host segment the check goes through it (a shared-memory
+  // algorithm carries it in its own exchange); else by messages.
+  std::optional<coll::MessageCallCheck> message_check;
+  std::optional<coll::HostCallCheck> host_check;
+  coll::CallCheck* check = nullptr;
   try {
-    if (check_calls) {
-      check.emplace(c, call.signature, coll::algorithm_name);
-      c.check = &*check;
+    if (host && call.algorithm->host_slot_need == nullptr) {
+      if (check_calls) check = &host_check.emplace(c, call.signature, coll::algorithm_name);
+      else coll::announce_call(c);
+    } else if (!host && check_calls) {
+      check = &message_check.emplace(c, call.signature, coll::algorithm_name);
     }
+    c.check = check;
     call.algorithm->run(c, call.operands);
     if (check) {
       try {
@@ -247,6 +289,7 @@ void Communicator::Impl::run(const core::Call& call) {
       poisoned.store(true);
     }
     log::warn("{}", failure.what());
+    if (host) host->announce_abort(failure.what());
     transport->abort(failure.what());  // again is harmless; ends what a bare throw left
     throw failure;
   }
@@ -260,7 +303,9 @@ void Communicator::Impl::run(const core::Call& call) {
   add(counters_.total);
   if (call.kind == coll::CollectiveKind::allreduce)
     add(counters_.by_algorithm[static_cast<std::size_t>(
-        coll::family(static_cast<coll::Variant>(call.algorithm->id)))]);
+        call.algorithm->host_slot_need != nullptr
+            ? Algorithm::shared_memory
+            : coll::family(static_cast<coll::Variant>(call.algorithm->id)))]);
 }
 
 void Communicator::Impl::submit(const core::Call& prepared) {
@@ -268,9 +313,11 @@ void Communicator::Impl::submit(const core::Call& prepared) {
   if (poisoned.load()) throw poisoned_error();
   core::Call call = prepared;
   call.sequence = next_sequence++;
-  {
-    std::unique_lock queue_lock(queue_mutex);  // earlier async calls run first
-    queue_cv.wait(queue_lock, [&] { return queue.empty() && !worker_busy; });
+  // Earlier async calls run first. No call can be queued meanwhile (that
+  // takes submit_mutex), so an empty queue and an idle worker stay so.
+  if (queued.load() != 0 || worker_busy.load()) {
+    std::unique_lock queue_lock(queue_mutex);
+    queue_cv.wait(queue_lock, [&] { return queue.empty() && !worker_busy.load(); });
   }
   run(call);
 }
@@ -337,10 +384,10 @@ void Communicator::Impl::worker_loop() {
       if (stopping) return;  // everything queued has run
       continue;
     }
+    worker_busy = true;  // before `queued` drops: submit() reads the two without the lock
     auto [call, state] = std::move(queue.front());
     queue.pop_front();
     queued.store(queue.size());
-    worker_busy = true;
     lock.unlock();
     std::optional<Error> error;
     try {
@@ -366,6 +413,7 @@ void Communicator::Impl::abort(const std::string& reason) {
     poisoned.store(true);
   }
   abort_requested.store(true);
+  if (host) host->announce_abort(aborted.what());  // wakes a call sleeping on the segment
   // A running call sees abort_requested within one wake-up (<= 100 ms) and
   // aborts the transport itself; otherwise it is done here.
   if (std::unique_lock run_lock(run_mutex, std::try_to_lock); run_lock.owns_lock())

@@ -16,6 +16,7 @@
 #include "coll/call_check.hpp"
 #include "coll/registry.hpp"
 #include "coll/selector.hpp"
+#include "shm/segment.hpp"
 #include "core/call.hpp"
 #include "transport/transport.hpp"
 
@@ -81,6 +82,9 @@ struct Communicator::Impl {
 
   std::unique_ptr<bootstrap::Store> store;  // outlives the transport
   std::unique_ptr<transport::Transport> transport;
+  // When every rank is on this host: the memory they share (shm/segment.hpp);
+  // null otherwise, or with CHORUS_SHM=0.
+  std::unique_ptr<shm::Segment> host;
   double timeout_seconds;
   Options options;  // as resolved: timeout set, algorithms as given (not CHORUS_ALGO)
 
@@ -127,12 +131,13 @@ struct Communicator::Impl {
   // order; async calls queue for the worker thread; a blocking call waits
   // for the queue to drain and runs on the caller's thread.
   std::mutex submit_mutex;
-  std::uint32_t next_sequence = 1;  // 0 is the probe's
+  std::uint64_t next_sequence = 1;  // 0 is the probe's; 64 bits: the host segment never sees one twice
   std::mutex queue_mutex;
   std::condition_variable queue_cv;
   std::deque<std::pair<core::Call, std::shared_ptr<Work::State>>> queue;
-  std::atomic<std::size_t> queued{0};  // queue.size(), for the worker's spin
-  bool worker_busy = false, stopping = false;
+  std::atomic<std::size_t> queued{0};  // queue.size(), for the worker's spin and submit()
+  std::atomic<bool> worker_busy{false};  // written under queue_mutex; submit() reads it without
+  bool stopping = false;
   std::thread worker;
   std::mutex run_mutex;   // held while a call uses the transport (and scratch)
   coll::Scratch scratch;  // the algorithms' temporary buffers, kept between calls

@@ -237,6 +237,21 @@ std::vector<Case> every_row_and_rank_count() {
 
 class EveryAlgorithm : public ::testing::TestWithParam<Case> {};
 
+// The largest float32 count whose call a shared-memory row runs on `comm`.
+std::size_t largest_fitting_count(Communicator& comm, const AlgorithmRow& row) {
+  const std::size_t slot = CommunicatorAccess::engine(comm).host->slot_bytes();
+  const int p = comm.size();
+  auto fits = [&](std::size_t count) {
+    coll::Operands shape;
+    shape.count = count;
+    shape.type = DataType::float32;
+    return row.host_slot_need(coll::choice_bytes(row.kind, shape, p), p) <= slot;
+  };
+  std::size_t count = slot / 4;
+  while (count > 0 && !fits(count)) --count;
+  return count;
+}
+
 TEST_P(EveryAlgorithm, MatchesTheSequentialReferenceInEveryTypeAndOp) {
   const AlgorithmRow& row = coll::registry()[GetParam().id];
   const int p = GetParam().p;
@@ -246,10 +261,22 @@ TEST_P(EveryAlgorithm, MatchesTheSequentialReferenceInEveryTypeAndOp) {
         for (std::size_t count : {0, 1, 7, 1000})
           for (bool in_place : {false, true})
             if (!in_place || has_in_place(row.kind)) check_once(comm, row, count, type, op, in_place);
-    // Large enough for every segmenting, pipelining and threshold path (256 KiB-1 MiB).
+    // Large enough for every segmenting, pipelining and threshold path (256 KiB-1 MiB);
+    // a shared-memory row: the most its slots hold, and one element more is refused.
+    const std::size_t large = row.host_slot_need ? largest_fitting_count(comm, row) : 300001;
     for (bool in_place : {false, true})
       if (!in_place || has_in_place(row.kind))
-        check_once(comm, row, 300001, DataType::float32, ReduceOp::sum, in_place);
+        check_once(comm, row, large, DataType::float32, ReduceOp::sum, in_place);
+    if (row.host_slot_need && row.kind != CollectiveKind::barrier) {
+      try {
+        check_once(comm, row, large + 1, DataType::float32, ReduceOp::sum, false);
+        require(false, "a call beyond the slots ran in shared memory");
+      } catch (const Error& e) {
+        require(e.code() == ErrorCode::invalid_argument &&
+                    std::string(e.what()).find("CHORUS_SHM_BYTES") != std::string::npos,
+                e.what());
+      }
+    }
   });
   for (std::size_t r = 0; r < outcomes.size(); ++r)
     EXPECT_FALSE(outcomes[r].failed) << "rank " << r << ": " << outcomes[r].message;
@@ -272,8 +299,9 @@ TEST(Registry, EveryCollectiveHasRowsAndNamesAreUniqueWithinIt) {
       EXPECT_TRUE(names.insert(row.name).second) << to_string(kind) << " " << row.name;
       EXPECT_EQ(coll::find_row(kind, row.name), &row);
       EXPECT_EQ(coll::algorithm_name(row.id), row.name);
-      EXPECT_EQ(row.cost != nullptr, kind == CollectiveKind::allreduce)
-          << row.name << ": AllReduce's rows, and only they, carry a cost formula";
+      EXPECT_EQ(row.cost != nullptr, kind == CollectiveKind::allreduce && !row.host_slot_need)
+          << row.name << ": AllReduce's rows that send messages, and only they, carry a cost "
+                         "formula";
     }
   }
 }
@@ -288,7 +316,7 @@ TEST(Registry, AnUnknownOrUnrunnableForcedAlgorithmIsRefusedNamingIt) {
       require(false, "butterfly ran");
     } catch (const Error& e) {
       require(e.code() == ErrorCode::invalid_argument, e.what());
-      require(std::string(e.what()).find("no algorithm 'butterfly' (it has: auto, recursive_halving, ring)") !=
+      require(std::string(e.what()).find("no algorithm 'butterfly' (it has: auto, shm, recursive_halving, ring)") !=
                   std::string::npos, e.what());
     }
     forced.algorithm_name = "recursive_halving";  // needs a power of two
@@ -333,14 +361,16 @@ TEST(Registry, PerCollectiveNamesInOptionsReachTheCall) {
     require(engine.choose(CollectiveKind::reduce, "", 1 << 30).row->name == "binomial_tree", "reduce");
     // A call's own name wins over the communicator's.
     require(engine.choose(CollectiveKind::allgather, "ring", 8).row->name == "ring", "per call");
-    require(engine.choose(CollectiveKind::broadcast, "", 8).row->name == "binomial_tree",
-            "the others choose freely");
+    require(engine.choose(CollectiveKind::broadcast, "", 8).row->name == "shm",
+            "the others choose freely (8 bytes on one host: through its segment)");
+    require(engine.choose(CollectiveKind::broadcast, "", 1 << 20).row->name == "binomial_tree",
+            "the others choose freely (beyond the segment's slots: by threshold)");
   }, options);
   for (const auto& o : outcomes) EXPECT_FALSE(o.failed) << o.message;
   options.algorithms = "allgather=butterfly";
   const auto bad = testing::run_ranks(1, [](Communicator&) {}, options);
   EXPECT_TRUE(bad[0].failed);
-  EXPECT_NE(bad[0].message.find("Options::algorithms='allgather=butterfly': 'butterfly' is not one of auto, bruck, ring"),
+  EXPECT_NE(bad[0].message.find("Options::algorithms='allgather=butterfly': 'butterfly' is not one of auto, shm, bruck, ring"),
             std::string::npos)
       << bad[0].message;
 }

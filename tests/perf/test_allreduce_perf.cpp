@@ -164,7 +164,7 @@ TEST(Options, ShortLongAndAttachedFormsAndSuffixes) {
   EXPECT_EQ(o.iters, 7);
   EXPECT_EQ(o.types, std::vector<DataType>{DataType::bfloat16});
   EXPECT_EQ(o.ops.size(), 5u);
-  EXPECT_EQ(o.algorithms.size(), 6u);
+  EXPECT_EQ(o.algorithms.size(), 7u);  // the six families, shm, auto
   EXPECT_EQ(o.algorithms.back(), "auto");
   EXPECT_EQ(o.transport, "tcp");
   EXPECT_EQ(o.np, 3);
@@ -189,10 +189,10 @@ TEST(Options, AlgoTakesTheAlgorithmsOfTheProgramsCollective) {
   EXPECT_EQ(parse({"-A", "bruck"}, PerfCollective::allgather).algorithms,
             std::vector<std::string>{"bruck"});
   EXPECT_EQ(parse({"-A", "all"}, PerfCollective::alltoall).algorithms,
-            (std::vector<std::string>{"bruck", "pairwise", "auto"}));
+            (std::vector<std::string>{"shm", "bruck", "pairwise", "auto"}));
   EXPECT_EQ(parse({"-A", "all"}, PerfCollective::allreduce).algorithms,
             (std::vector<std::string>{"ring", "tree", "direct", "halving_doubling",
-                                      "recursive_doubling", "auto"}));
+                                      "recursive_doubling", "shm", "auto"}));
   try {
     parse({"-A", "bruck"}, PerfCollective::allreduce);
     ADD_FAILURE() << "allreduce has no bruck";
@@ -346,7 +346,7 @@ TEST(CollectivePerf, AlgorithmFlagsAndBadRootsAreRefused) {
   // Every collective takes -A, with its own algorithms' names; --tune is AllReduce's.
   PerfRun run = run_perf({"--np", "2", "-A", "tree"}, 60, tool("allgather_perf"));
   EXPECT_EQ(run.result.exit_code, 2) << run.text();
-  EXPECT_NE(run.text().find("-A/--algo: 'tree' is not one of auto, bruck, ring, all (the "
+  EXPECT_NE(run.text().find("-A/--algo: 'tree' is not one of auto, shm, bruck, ring, all (the "
                             "algorithms of allgather)"),
             std::string::npos)
       << run.text();

@@ -1,0 +1,232 @@
+#include "coll/shared_memory.hpp"
+
+#include "coll/registry.hpp"
+#include "reduce/reduce.hpp"
+#include "shm/segment.hpp"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <type_traits>
+
+namespace chorus::coll {
+namespace {
+
+static_assert(std::is_trivially_copyable_v<CallSignature> &&
+              sizeof(CallSignature) <= sizeof(shm::SlotHeader::signature));
+
+// What a wait on the segment runs while it sleeps: the abort flag.
+auto abort_poll(const Collective& c) {
+  return [flag = c.abort_requested] {
+    if (flag != nullptr && flag->load(std::memory_order_relaxed))
+      throw Error(ErrorCode::aborted, "the communicator was aborted");
+  };
+}
+
+CallSignature signature_in(const shm::SlotHeader& header) {
+  CallSignature s;
+  std::memcpy(&s, header.signature, sizeof s);
+  return s;
+}
+
+// Until `rank`'s slot holds call c.sequence; then its header. A slot that
+// holds a later call is a peer that broke the protocol (or another job's
+// bytes): an error, never a wrong read.
+const shm::SlotHeader& wait_for_slot(const Collective& c, int rank) {
+  shm::Segment& host = *c.host;
+  const shm::SlotHeader& header = host.header(rank, c.sequence);
+  host.wait([&] { return host.has_begun(rank, c.sequence); }, c.deadline, abort_poll(c), [&] {
+    return fmt::format("rank {} to begin call #{} (its shared-memory slot)", rank, c.sequence);
+  });
+  const std::uint64_t there = header.sequence.load(std::memory_order_acquire);
+  if (there != c.sequence)  // later than this call: not what any rank of this job writes
+    throw Error(ErrorCode::peer_failure,
+                fmt::format("rank {}: rank {}'s shared-memory slot holds call #{} during call "
+                            "#{}: a broken peer or a foreign segment",
+                            host.rank(), rank, there, c.sequence));
+  return header;
+}
+
+// This rank's slot for the call, once it may be written (the signature is
+// written now; the data is the caller's to copy before publishing).
+std::byte* begin_slot(const Collective& c) {
+  shm::Segment& host = *c.host;
+  host.wait_until_writable(c.sequence, c.deadline, abort_poll(c));
+  shm::SlotHeader& mine = host.header(host.rank(), c.sequence);
+  if (c.signature != nullptr) std::memcpy(mine.signature, c.signature, sizeof(CallSignature));
+  else std::memset(mine.signature, 0, sizeof mine.signature);
+  return host.data(host.rank(), c.sequence);
+}
+
+// Reads every rank's signature (waiting for those not there yet) and
+// throws the mismatch when they differ; the smallest and the largest are
+// named, the lowest rank on ties, so that every rank says the same.
+void check_every_signature(const Collective& c) {
+  if (c.signature == nullptr) return;
+  CallSignature low = *c.signature, high = low;
+  int low_rank = c.host->rank(), high_rank = low_rank;
+  for (int q = 0; q < c.host->size(); ++q) {
+    const CallSignature s = signature_in(wait_for_slot(c, q));
+    if (s < low || (s == low && q < low_rank)) low = s, low_rank = q;
+    if (high < s || (s == high && q < high_rank)) high = s, high_rank = q;
+  }
+  if (low != high)
+    throw mismatch_error(c.sequence, low, low_rank, high, high_rank, algorithm_name);
+}
+
+// `rank`'s data for this call, which must be `bytes` long. A signature that
+// differs (or, with the check off, a size that does) ends the call with
+// the mismatch named.
+const std::byte* wait_for_data(const Collective& c, int rank, std::size_t bytes) {
+  const shm::SlotHeader& header = wait_for_slot(c, rank);
+  if (c.signature != nullptr && signature_in(header) != *c.signature) check_every_signature(c);
+  if (header.bytes != bytes)
+    throw Error(ErrorCode::mismatched_collective,
+                fmt::format("rank {}: rank {} wrote {} bytes into its shared-memory slot for call "
+                            "#{}, this rank expected {} (the ranks made different calls)",
+                            c.host->rank(), rank, header.bytes, c.sequence, bytes));
+  return c.host->data(rank, c.sequence);
+}
+
+// Copies `bytes` from `source` into this rank's slot and publishes it.
+void contribute(const Collective& c, const void* source, std::size_t bytes) {
+  std::byte* slot = begin_slot(c);
+  if (bytes > 0) std::memcpy(slot, source, bytes);
+  c.host->publish(c.sequence, bytes);
+}
+
+std::size_t bytes_of(std::size_t count, DataType type) { return count * size_of(type); }
+
+// recv = slot 0 op slot 1 op ... in rank order, every rank alike.
+void reduce_slots(const Collective& c, void* recv, std::size_t offset, std::size_t count,
+                  std::size_t slot_bytes, DataType type, ReduceOp op) {
+  const int p = c.host->size();
+  const std::size_t bytes = bytes_of(count, type);
+  const std::byte* first = wait_for_data(c, 0, slot_bytes) + offset;
+  if (p == 1) {
+    std::memmove(recv, first, bytes);
+  } else {
+    reduce::reduce(recv, first, wait_for_data(c, 1, slot_bytes) + offset, count, type, op);
+    for (int q = 2; q < p; ++q)
+      reduce::reduce(recv, wait_for_data(c, q, slot_bytes) + offset, count, type, op);
+  }
+  if (op == ReduceOp::avg && count > 0)
+    reduce::divide(recv, count, type, static_cast<std::size_t>(p));
+}
+
+}  // namespace
+
+HostCallCheck::HostCallCheck(const Collective& collective, const CallSignature& mine,
+                             std::string_view (*name_algorithm)(std::uint8_t))
+    : collective_(collective), name_algorithm_(name_algorithm), low_(mine), high_(mine) {
+  shm::Segment& host = *collective.host;
+  low_rank_ = high_rank_ = host.rank();
+  host.wait_until_writable(collective.sequence, collective.deadline, abort_poll(collective));
+  std::memcpy(host.header(host.rank(), collective.sequence).signature, &mine, sizeof mine);
+  host.publish(collective.sequence, 0);
+}
+
+void HostCallCheck::poll() {
+  shm::Segment& host = *collective_.host;
+  const int p = host.size();
+  while (seen_ < p && host.has_begun(seen_, collective_.sequence)) {
+    const CallSignature s = signature_in(wait_for_slot(collective_, seen_));
+    if (s < low_ || (s == low_ && seen_ < low_rank_)) low_ = s, low_rank_ = seen_;
+    if (high_ < s || (s == high_ && seen_ < high_rank_)) high_ = s, high_rank_ = seen_;
+    ++seen_;
+  }
+  if (seen_ == p && low_ != high_)
+    throw mismatch_error(collective_.sequence, low_, low_rank_, high_, high_rank_,
+                         name_algorithm_);
+  host.throw_if_aborted();
+}
+
+void HostCallCheck::finish(transport::Deadline deadline) {
+  shm::Segment& host = *collective_.host;
+  while (!finished()) {
+    host.wait([&] { return host.has_begun(seen_, collective_.sequence); }, deadline,
+              abort_poll(collective_),
+              [&] { return fmt::format("rank {} to begin call #{}", seen_, collective_.sequence); });
+    poll();
+  }
+  poll();  // the verdict, when every signature was already read
+}
+
+void announce_call(const Collective& c) { contribute(c, nullptr, 0); }
+
+void shm_allreduce(const Collective& c, const Operands& o) {
+  const std::size_t bytes = bytes_of(o.count, o.type);
+  contribute(c, o.send, bytes);  // before recv is written: they may be one buffer
+  reduce_slots(c, o.recv, 0, o.count, bytes, o.type, o.op);
+}
+
+void shm_reduce(const Collective& c, const Operands& o) {
+  const std::size_t bytes = bytes_of(o.count, o.type);
+  contribute(c, o.send, bytes);
+  if (c.host->rank() == o.root) reduce_slots(c, o.recv, 0, o.count, bytes, o.type, o.op);
+  check_every_signature(c);
+}
+
+void shm_broadcast(const Collective& c, const Operands& o) {
+  const std::size_t bytes = bytes_of(o.count, o.type);
+  const bool root = c.host->rank() == o.root;
+  contribute(c, o.recv, root ? bytes : 0);
+  if (!root && bytes > 0) std::memcpy(o.recv, wait_for_data(c, o.root, bytes), bytes);
+  check_every_signature(c);
+}
+
+void shm_allgather(const Collective& c, const Operands& o) {
+  const std::size_t block = bytes_of(o.count, o.type);
+  contribute(c, o.send, block);
+  auto* out = static_cast<std::byte*>(o.recv);
+  for (int q = 0; q < c.host->size(); ++q)
+    std::memcpy(out + static_cast<std::size_t>(q) * block, wait_for_data(c, q, block), block);
+}
+
+void shm_reduce_scatter(const Collective& c, const Operands& o) {
+  const std::size_t block = bytes_of(o.count, o.type);
+  const std::size_t total = block * static_cast<std::size_t>(c.host->size());
+  contribute(c, o.send, total);
+  reduce_slots(c, o.recv, block * static_cast<std::size_t>(c.host->rank()), o.count, total,
+               o.type, o.op);
+}
+
+void shm_alltoall(const Collective& c, const Operands& o) {
+  const std::size_t block = bytes_of(o.count, o.type);
+  const std::size_t total = block * static_cast<std::size_t>(c.host->size());
+  contribute(c, o.send, total);
+  const std::size_t mine = block * static_cast<std::size_t>(c.host->rank());
+  auto* out = static_cast<std::byte*>(o.recv);
+  for (int q = 0; q < c.host->size(); ++q)
+    std::memcpy(out + static_cast<std::size_t>(q) * block, wait_for_data(c, q, total) + mine,
+                block);
+}
+
+void shm_gather(const Collective& c, const Operands& o) {
+  const std::size_t block = bytes_of(o.count, o.type);
+  contribute(c, o.send, block);
+  if (c.host->rank() == o.root) {
+    auto* out = static_cast<std::byte*>(o.recv);
+    for (int q = 0; q < c.host->size(); ++q)
+      std::memcpy(out + static_cast<std::size_t>(q) * block, wait_for_data(c, q, block), block);
+  }
+  check_every_signature(c);
+}
+
+void shm_scatter(const Collective& c, const Operands& o) {
+  const std::size_t block = bytes_of(o.count, o.type);
+  const std::size_t total = block * static_cast<std::size_t>(c.host->size());
+  const bool root = c.host->rank() == o.root;
+  contribute(c, o.send, root ? total : 0);
+  const std::byte* from = wait_for_data(c, o.root, total);
+  std::memcpy(o.recv, from + block * static_cast<std::size_t>(c.host->rank()), block);
+  check_every_signature(c);
+}
+
+void shm_barrier(const Collective& c, const Operands&) {
+  contribute(c, nullptr, 0);
+  for (int q = 0; q < c.host->size(); ++q) wait_for_slot(c, q);
+  check_every_signature(c);
+}
+
+}  // namespace chorus::coll

@@ -1,0 +1,69 @@
+// Collectives straight through the host segment (shm/segment.hpp), for
+// communicators whose ranks all share one host, and the call check of every
+// call on such a communicator.
+//
+// A shared-memory collective is one exchange: each rank copies what it
+// contributes into its own slot and publishes it (one release store), then
+// reads the slots it needs, in place, once they hold this call. No messages,
+// no requests, no allocation; the slot's header carries the call's
+// signature, so the call check costs nothing more (every rank compares
+// every rank's signature as it reads). AllReduce reduces all slots in rank
+// order on every rank: bit-identical results everywhere.
+//
+//   rank 0 slot  [sig|data]      each rank writes its own slot,
+//   rank 1 slot  [sig|data]  --> then every rank reads the slots it needs
+//   rank 2 slot  [sig|data]      (all, the root's, ...) in rank order
+//
+// They run while what a rank writes fits its slot (CHORUS_SHM_BYTES); the
+// registry chooses them first when it does (coll/registry.cpp).
+#pragma once
+
+#include "coll/call_check.hpp"
+#include "coll/collective.hpp"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace chorus::coll {
+
+struct Operands;
+
+// The call check through the segment, for calls whose algorithm sends
+// messages: the signature goes into this rank's slot header at once, and
+// poll() reads the peers' as they arrive. Every rank sees all signatures,
+// so every rank names the same two calls (the smallest and largest
+// signature, as MessageCallCheck does).
+class HostCallCheck final : public CallCheck {
+ public:
+  HostCallCheck(const Collective& collective, const CallSignature& mine,
+                std::string_view (*name_algorithm)(std::uint8_t));
+  void poll() override;
+  void finish(transport::Deadline deadline) override;
+  bool finished() const noexcept override { return seen_ == collective_.transport.size(); }
+
+ private:
+  const Collective& collective_;
+  std::string_view (*name_algorithm_)(std::uint8_t);
+  int seen_ = 0;  // ranks whose signature was read, in rank order
+  CallSignature low_, high_;
+  int low_rank_ = 0, high_rank_ = 0;
+};
+
+// With the call check off, a call whose algorithm sends messages still
+// marks its slot with its sequence number (what tells peers that this rank
+// is done with the calls before it; shm/segment.hpp).
+void announce_call(const Collective& c);
+
+// The shared-memory algorithms (registry rows named "shm"); c.host must be
+// set, and what each rank writes must fit a slot (host_slot_need()).
+void shm_allreduce(const Collective& c, const Operands& o);
+void shm_broadcast(const Collective& c, const Operands& o);
+void shm_reduce(const Collective& c, const Operands& o);
+void shm_allgather(const Collective& c, const Operands& o);
+void shm_reduce_scatter(const Collective& c, const Operands& o);
+void shm_alltoall(const Collective& c, const Operands& o);
+void shm_gather(const Collective& c, const Operands& o);
+void shm_scatter(const Collective& c, const Operands& o);
+void shm_barrier(const Collective& c, const Operands& o);
+
+}  // namespace chorus::coll

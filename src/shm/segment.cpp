@@ -1,0 +1,381 @@
+#include "shm/segment.hpp"
+
+#include "common/logging.hpp"
+
+#include <fmt/format.h>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define CHORUS_CPU_RELAX() _mm_pause()
+#else
+#define CHORUS_CPU_RELAX() ((void)0)
+#endif
+
+namespace chorus::shm {
+namespace {
+
+constexpr std::uint64_t kMagic = 0x43484f5255534831ull;  // "CHORUSH1"
+constexpr std::uint32_t kVersion = 1;
+constexpr std::size_t kLine = 64;
+constexpr std::string_view kPrefix = "chorus.";
+
+std::size_t round_up(std::size_t n) { return (n + kLine - 1) / kLine * kLine; }
+
+struct Control {
+  std::uint64_t magic;
+  std::uint32_t version;
+  std::int32_t size;
+  std::uint64_t slot_bytes;
+  std::uint64_t nonce;
+  std::byte pad[kLine - 32];
+};
+struct Wake {
+  std::atomic<std::uint32_t> word;
+  std::atomic<std::uint32_t> sleepers;
+  std::byte pad[kLine - 8];
+};
+struct AbortNotice {
+  std::atomic<std::int32_t> claimed;        // the first announcer sets it, then writes
+  std::atomic<std::int32_t> rank_plus_one;  // 0: nobody aborted; set once `reason` is written
+  char reason[256 - 8];
+};
+struct RankRecord {
+  std::int32_t pid;
+  std::uint32_t pad0;
+  std::uint64_t start_time;  // /proc/<pid>/stat field 22: tells a reused pid apart
+  std::byte pad[kLine - 16];
+};
+static_assert(sizeof(Control) == kLine && sizeof(Wake) == kLine && sizeof(RankRecord) == kLine);
+static_assert(std::atomic<std::uint32_t>::is_always_lock_free &&
+              std::atomic<std::uint64_t>::is_always_lock_free);
+
+constexpr std::size_t kRecordsOffset = sizeof(Control) + sizeof(Wake) + sizeof(AbortNotice);
+
+std::size_t slot_stride(std::size_t slot_bytes) { return round_up(sizeof(SlotHeader) + slot_bytes); }
+std::size_t slots_offset(int size) { return kRecordsOffset + static_cast<std::size_t>(size) * kLine; }
+
+// State (field 3) and start time (field 22) of a process; false when it is gone.
+bool read_process(int pid, char& state, std::uint64_t& start_time) {
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
+  std::string line;
+  if (!std::getline(in, line)) return false;
+  const std::size_t close = line.rfind(')');  // the command name may hold anything
+  if (close == std::string::npos || close + 2 >= line.size()) return false;
+  const char* p = line.c_str() + close + 2;
+  state = *p;
+  for (int field = 3; field < 22 && *p != '\0'; ++p)
+    if (*p == ' ') ++field;
+  start_time = std::strtoull(p, nullptr, 10);
+  return true;
+}
+
+std::string read_first_line(const char* path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+std::uint64_t namespace_inode(const char* which) {
+  struct stat st {};
+  return ::stat(fmt::format("/proc/self/ns/{}", which).c_str(), &st) == 0 ? st.st_ino : 0;
+}
+
+// The same value on ranks that share a host: hostname, boot, network and pid
+// namespaces (pids must mean the same process to every rank).
+std::uint64_t host_identity() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  const std::string text = fmt::format("{}|{}|{}|{}", host,
+                                       read_first_line("/proc/sys/kernel/random/boot_id"),
+                                       namespace_inode("net"), namespace_inode("pid"));
+  std::uint64_t hash = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
+  return hash;
+}
+
+long futex(std::atomic<std::uint32_t>& word, int op, std::uint32_t value,
+           const struct timespec* timeout) {
+  // Not FUTEX_PRIVATE_FLAG: the word is shared between processes.
+  return ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), op, value, timeout,
+                   nullptr, 0);
+}
+
+int online_cores() {
+  cpu_set_t set;
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+}
+
+struct Identity {
+  std::uint64_t host;
+  std::uint64_t nonce;
+  std::uint64_t slot_bytes;
+  std::int32_t pid;
+  std::int32_t pad;
+};
+
+}  // namespace
+
+struct Segment::Layout {
+  static Control& control(void* base) { return *static_cast<Control*>(base); }
+  static Wake& wake(void* base) {
+    return *reinterpret_cast<Wake*>(static_cast<std::byte*>(base) + sizeof(Control));
+  }
+  static AbortNotice& abort(void* base) {
+    return *reinterpret_cast<AbortNotice*>(static_cast<std::byte*>(base) + sizeof(Control) +
+                                           sizeof(Wake));
+  }
+  static RankRecord& record(void* base, int rank) {
+    return *reinterpret_cast<RankRecord*>(static_cast<std::byte*>(base) + kRecordsOffset +
+                                          static_cast<std::size_t>(rank) * kLine);
+  }
+};
+
+std::size_t segment_bytes(int size, std::size_t slot_bytes) noexcept {
+  return slots_offset(size) + static_cast<std::size_t>(size) * 2 * slot_stride(slot_bytes);
+}
+
+int remove_stale_segments() {
+  DIR* dir = ::opendir("/dev/shm");
+  if (dir == nullptr) return 0;
+  int removed = 0;
+  while (const dirent* entry = ::readdir(dir)) {
+    const std::string_view name = entry->d_name;
+    if (!name.starts_with(kPrefix)) continue;
+    const int pid = std::atoi(std::string(name.substr(kPrefix.size())).c_str());
+    char state = 0;
+    std::uint64_t start = 0;
+    if (pid <= 0 || (read_process(pid, state, start) && state != 'Z' && state != 'X')) continue;
+    if (::shm_unlink(("/" + std::string(name)).c_str()) == 0) {
+      log::info("shm: removed {} (its creator, pid {}, is gone)", name, pid);
+      ++removed;
+    }
+  }
+  ::closedir(dir);
+  return removed;
+}
+
+std::unique_ptr<Segment> Segment::attach(int rank, int size, std::size_t slot_bytes,
+                                         const Allgather& allgather) {
+  const auto p = static_cast<std::size_t>(size);
+  Identity mine{host_identity(), std::random_device{}() * 4294967296ull + std::random_device{}(),
+                slot_bytes, static_cast<std::int32_t>(::getpid()), 0};
+  std::vector<Identity> all(p);
+  allgather(&mine, sizeof mine, all.data());
+  for (std::size_t r = 1; r < p; ++r)
+    if (all[r].host != all[0].host) {
+      log::info("shm: no host segment: rank {} is on another host than rank 0", r);
+      return nullptr;
+    }
+  // Ranks may have been given different sizes (CHORUS_SHM_BYTES per rank):
+  // all take the smallest, so that every rank agrees on the layout.
+  for (const Identity& id : all) slot_bytes = std::min<std::size_t>(slot_bytes, id.slot_bytes);
+  const std::string name = fmt::format("/{}{}.{:016x}", kPrefix, all[0].pid, all[0].nonce);
+  const std::size_t length = segment_bytes(size, slot_bytes);
+
+  // Every rank reports 0 or an errno; all see the same list, so all decide alike.
+  std::vector<std::int32_t> status(p);
+  auto agree = [&](std::int32_t my_status, std::string_view step) {
+    allgather(&my_status, sizeof my_status, status.data());
+    for (std::size_t r = 0; r < p; ++r)
+      if (status[r] != 0) {
+        log::warn("shm: no host segment: rank {} could not {} {} ({} bytes): {}", r, step, name,
+                  length, std::strerror(status[r]));
+        return false;
+      }
+    return true;
+  };
+
+  void* base = MAP_FAILED;
+  auto map = [&](int flags) -> std::int32_t {
+    const int fd = ::shm_open(name.c_str(), flags, 0600);
+    if (fd < 0) return errno;
+    std::int32_t error = 0;
+    struct stat st {};
+    if ((flags & O_CREAT) != 0 && ::ftruncate(fd, static_cast<off_t>(length)) != 0) error = errno;
+    if (error == 0 && ::fstat(fd, &st) != 0) error = errno;
+    if (error == 0 && static_cast<std::size_t>(st.st_size) != length) error = EBADF;
+    if (error == 0) {
+      base = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (base == MAP_FAILED) error = errno;
+    }
+    ::close(fd);
+    return error;
+  };
+  auto unmap = [&] {
+    if (base != MAP_FAILED) ::munmap(base, length);
+    base = MAP_FAILED;
+  };
+
+  std::int32_t created = 0;
+  if (rank == 0) {
+    remove_stale_segments();
+    created = map(O_CREAT | O_EXCL | O_RDWR);
+    if (created == 0) {
+      Control& c = Layout::control(base);
+      c.magic = kMagic;
+      c.version = kVersion;
+      c.size = size;
+      c.slot_bytes = slot_bytes;
+      c.nonce = all[0].nonce;
+    }
+  }
+  if (!agree(created, "create")) {
+    if (rank == 0 && created == 0) ::shm_unlink(name.c_str());
+    unmap();
+    return nullptr;
+  }
+  std::int32_t opened = 0;
+  if (rank != 0) {
+    opened = map(O_RDWR);
+    if (opened == 0) {
+      const Control& c = Layout::control(base);
+      if (c.magic != kMagic || c.version != kVersion || c.size != size ||
+          c.slot_bytes != slot_bytes || c.nonce != all[0].nonce)
+        opened = EBADF;  // not the segment rank 0 announced
+    }
+  }
+  if (opened == 0) {
+    RankRecord& record = Layout::record(base, rank);
+    char state = 0;
+    record.pid = static_cast<std::int32_t>(::getpid());
+    read_process(record.pid, state, record.start_time);
+  }
+  const bool everyone = agree(opened, "open");
+  if (rank == 0) ::shm_unlink(name.c_str());  // mapped everywhere (or abandoned): the name goes
+  if (!everyone) {
+    unmap();
+    return nullptr;
+  }
+  return std::unique_ptr<Segment>(new Segment(rank, size, slot_bytes, name, base, length));
+}
+
+Segment::Segment(int rank, int size, std::size_t slot_bytes, std::string name, void* base,
+                 std::size_t length)
+    : rank_(rank), size_(size), slot_bytes_(slot_bytes), name_(std::move(name)), base_(base),
+      length_(length), slots_(static_cast<std::byte*>(base) + slots_offset(size)),
+      slot_stride_(slot_stride(slot_bytes)), oversubscribed_(size > online_cores()) {}
+
+Segment::~Segment() { ::munmap(base_, length_); }
+
+std::string Segment::describe_writable_wait(int behind, std::uint64_t sequence) const {
+  return fmt::format("rank {} to begin call #{} (before rank {}'s call #{} may reuse its "
+                     "shared-memory slot)",
+                     behind, sequence - 1, rank_, sequence);
+}
+
+void Segment::publish(std::uint64_t sequence, std::uint64_t bytes) {
+  SlotHeader& mine = header(rank_, sequence);
+  mine.bytes = bytes;
+  // The store and the load below are both seq_cst, as are a sleeper's
+  // increment and its re-check of the slot (wait_slowly): either this load
+  // sees the sleeper, or the sleeper's re-check sees the slot. So a publish
+  // writes nothing shared but its own slot unless someone sleeps.
+  mine.sequence.store(sequence, std::memory_order_seq_cst);
+  if (Layout::wake(base_).sleepers.load(std::memory_order_seq_cst) != 0) wake_all();
+}
+
+void Segment::wake_all() noexcept {
+  Wake& w = Layout::wake(base_);
+  w.word.fetch_add(1, std::memory_order_seq_cst);
+  futex(w.word, FUTEX_WAKE, INT_MAX, nullptr);
+}
+
+void Segment::announce_abort(const std::string& reason) noexcept {
+  AbortNotice& notice = Layout::abort(base_);
+  // Only the first announcer (of any rank or thread) writes the reason, and
+  // names itself after it: a reader that sees the rank sees the whole text.
+  std::int32_t unclaimed = 0;
+  if (notice.claimed.compare_exchange_strong(unclaimed, 1, std::memory_order_acq_rel)) {
+    const std::size_t length = std::min(reason.size(), sizeof notice.reason - 1);
+    std::memcpy(notice.reason, reason.data(), length);
+    notice.reason[length] = '\0';
+    notice.rank_plus_one.store(rank_ + 1, std::memory_order_release);
+  }
+  wake_all();
+}
+
+void Segment::throw_if_aborted() const {
+  const AbortNotice& notice = Layout::abort(base_);
+  const std::int32_t who = notice.rank_plus_one.load(std::memory_order_acquire);
+  if (who == 0 || who == rank_ + 1) return;
+  char text[sizeof notice.reason];
+  std::memcpy(text, notice.reason, sizeof text);
+  text[sizeof text - 1] = '\0';
+  throw Error(ErrorCode::peer_failure, fmt::format("rank {} failed: {}", who - 1, text));
+}
+
+void Segment::check_alive() const {
+  const int self = ::getpid();
+  for (int r = 0; r < size_; ++r) {
+    const RankRecord& record = Layout::record(base_, r);
+    if (record.pid == self) continue;
+    char state = 0;
+    std::uint64_t start = 0;
+    if (!read_process(record.pid, state, start) || state == 'Z' || state == 'X' ||
+        start != record.start_time)
+      throw Error(ErrorCode::peer_failure,
+                  fmt::format("rank {} (pid {}) died: its process is gone", r, record.pid));
+  }
+}
+
+void Segment::wait_slowly(const std::function<bool()>& ready, transport::Deadline deadline,
+                          const std::function<void()>& poll,
+                          const std::function<std::string()>& what) {
+  using namespace std::chrono;
+  const auto start = transport::Clock::now();
+  const auto spin_end = start + transport::spin_before_sleep();
+  for (unsigned i = 1;; ++i) {
+    if (ready()) return;
+    if ((i & 15) == 0) {
+      if (transport::Clock::now() >= spin_end) break;
+      // With more ranks than cores, the rank we wait for may need this core.
+      if (oversubscribed_) std::this_thread::yield();
+    }
+    CHORUS_CPU_RELAX();
+  }
+  Wake& w = Layout::wake(base_);
+  // Reading /proc costs microseconds: only a wait that has slept a while looks.
+  auto next_liveness = transport::Clock::now() + milliseconds(100);
+  for (;;) {
+    if (ready()) return;
+    throw_if_aborted();
+    if (poll) poll();
+    const auto now = transport::Clock::now();
+    if (now >= next_liveness) {
+      check_alive();
+      next_liveness = now + milliseconds(100);
+    }
+    if (now >= deadline)
+      throw Error(ErrorCode::timeout,
+                  fmt::format("rank {}: timed out after {:.1f} s waiting for {} (shared memory)",
+                              rank_, duration<double>(now - start).count(), what()));
+    const std::uint32_t seen = w.word.load(std::memory_order_seq_cst);
+    w.sleepers.fetch_add(1, std::memory_order_seq_cst);
+    if (!ready()) {  // a publish after this re-check sees sleepers != 0, and bumps `word`
+      const struct timespec ten_ms {0, 10'000'000};
+      futex(w.word, FUTEX_WAIT, seen, &ten_ms);
+    }
+    w.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+  }
+}
+
+}  // namespace chorus::shm
