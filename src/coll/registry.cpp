@@ -22,6 +22,7 @@ using K = CollectiveKind;
 bool any_p(int) { return true; }
 bool power_of_two(int p) { return p > 0 && (p & (p - 1)) == 0; }
 bool never(std::size_t, int) { return false; }
+bool always(std::size_t, int) { return true; }
 
 // ---- the thresholds of the automatic choice (measured at p = 4; docs/tuning.md)
 
@@ -43,6 +44,12 @@ bool reduce_scatter_gather_preferred(std::size_t bytes, int p) {
 // While the whole input is below this, log2(p) steps beat the ring's p - 1.
 bool reduce_scatter_halving_preferred(std::size_t total_bytes, int p) {
   return p > 2 && total_bytes < 64 * 1024;
+}
+
+// While every rank reading every slot whole costs less than two-shot's
+// second step (measured: docs/tuning.md).
+bool shm_one_shot_preferred(std::size_t bytes, int p) {
+  return bytes <= (p <= 2 ? 32 * 1024 : 8 * 1024);
 }
 
 // ---- what a shared-memory row writes into its slot, for a call of
@@ -84,120 +91,123 @@ constexpr AlgorithmRow kRows[] = {
      allreduce<recursive_doubling_allreduce>, recursive_doubling_cost},
     {5, K::allreduce, "direct_one_shot", "direct", "every rank sends its whole buffer to all",
      any_p, never, allreduce<direct_one_shot_allreduce>, direct_one_shot_cost},
-    // Not a Variant: chosen before the cost model whenever it fits a slot.
-    {6, K::allreduce, "shm", "shm",
+    // Not Variants: chosen before the cost model whenever they fit a slot.
+    {6, K::allreduce, "shm_one_shot", "shm",
      "each rank's buffer in its slot of the host segment; every rank reduces all, in rank order",
-     any_p, never, shm_allreduce, nullptr, whole},
+     any_p, shm_one_shot_preferred, shm_one_shot_allreduce, nullptr, whole},
+    {7, K::allreduce, "shm_two_shot", "shm",
+     "each rank's buffer in its slot; rank r reduces chunk r of all, then all copy the chunks",
+     any_p, always, shm_two_shot_allreduce, nullptr, shm_two_shot_need},
 
-    {7, K::broadcast, "shm", "shm", "the root's buffer through its slot of the host segment",
-     any_p, never, shm_broadcast, nullptr, whole},
-    {8, K::broadcast, "chain", "chain", "segments passed along the ring from the root", any_p,
+    {8, K::broadcast, "shm", "shm", "the root's buffer through its slot of the host segment",
+     any_p, always, shm_broadcast, nullptr, whole},
+    {9, K::broadcast, "chain", "chain", "segments passed along the ring from the root", any_p,
      broadcast_chain_preferred,
      [](const Collective& c, const Operands& o) {
        broadcast_chain(c, o.recv, o.count, o.type, o.root);
      }},
-    {9, K::broadcast, "binomial_tree", "binomial_tree", "binomial tree of the whole buffer",
+    {10, K::broadcast, "binomial_tree", "binomial_tree", "binomial tree of the whole buffer",
      any_p, never,
      [](const Collective& c, const Operands& o) {
        broadcast_binomial(c, o.recv, o.count, o.type, o.root);
      }},
 
-    {10, K::reduce, "shm", "shm", "every slot of the host segment reduced at the root, in rank order",
-     any_p, never, shm_reduce, nullptr, whole},
-    {11, K::reduce, "reduce_scatter_gather", "reduce_scatter_gather",
+    {11, K::reduce, "shm", "shm", "every slot of the host segment reduced at the root, in rank order",
+     any_p, always, shm_reduce, nullptr, whole},
+    {12, K::reduce, "reduce_scatter_gather", "reduce_scatter_gather",
      "ring reduce-scatter, then a gather at the root", any_p, reduce_scatter_gather_preferred,
      [](const Collective& c, const Operands& o) {
        reduce_scatter_gather(c, o.send, o.recv, o.count, o.type, o.op, o.root);
      }},
-    {12, K::reduce, "binomial_tree", "binomial_tree", "binomial tree towards the root, segmented",
+    {13, K::reduce, "binomial_tree", "binomial_tree", "binomial tree towards the root, segmented",
      any_p, never,
      [](const Collective& c, const Operands& o) {
        reduce_binomial(c, o.send, o.recv, o.count, o.type, o.op, o.root);
      }},
 
-    {13, K::allgather, "shm", "shm", "every block through its rank's slot of the host segment",
-     any_p, never, shm_allgather, nullptr, whole},
-    {14, K::allgather, "bruck", "bruck", "Bruck: ceil(log2 p) steps of growing block sets",
+    {14, K::allgather, "shm", "shm", "every block through its rank's slot of the host segment",
+     any_p, always, shm_allgather, nullptr, whole},
+    {15, K::allgather, "bruck", "bruck", "Bruck: ceil(log2 p) steps of growing block sets",
      any_p, allgather_bruck_preferred,
      [](const Collective& c, const Operands& o) {
        allgather_bruck(c, o.send, o.recv, o.count, o.type);
      }},
-    {15, K::allgather, "ring", "ring", "each block passed once around the ring", any_p, never,
+    {16, K::allgather, "ring", "ring", "each block passed once around the ring", any_p, never,
      [](const Collective& c, const Operands& o) {
        allgatherv(c, o.send, o.recv, BlockLayout::uniform(c.transport.size(), o.count), o.type);
      }},
 
-    {16, K::reduce_scatter, "shm", "shm",
-     "every rank reduces its block from all slots of the host segment", any_p, never,
+    {17, K::reduce_scatter, "shm", "shm",
+     "every rank reduces its block from all slots of the host segment", any_p, always,
      shm_reduce_scatter, nullptr, whole},
-    {17, K::reduce_scatter, "recursive_halving", "recursive_halving",
+    {18, K::reduce_scatter, "recursive_halving", "recursive_halving",
      "recursive halving: log2 p steps (p a power of two)", power_of_two,
      reduce_scatter_halving_preferred,
      [](const Collective& c, const Operands& o) {
        reduce_scatter_halving(c, o.send, o.recv, equal_counts(c, o.count), o.type, o.op);
      }},
-    {18, K::reduce_scatter, "ring", "ring", "partial sums passed around the ring", any_p, never,
+    {19, K::reduce_scatter, "ring", "ring", "partial sums passed around the ring", any_p, never,
      [](const Collective& c, const Operands& o) {
        reduce_scatter_ring(c, o.send, o.recv, equal_counts(c, o.count), o.type, o.op);
      }},
 
-    {19, K::alltoall, "shm", "shm", "every rank's blocks through its slot of the host segment",
-     any_p, never, shm_alltoall, nullptr, every_block},
-    {20, K::alltoall, "bruck", "bruck", "Bruck: ceil(log2 p) steps, blocks packed per step",
+    {20, K::alltoall, "shm", "shm", "every rank's blocks through its slot of the host segment",
+     any_p, always, shm_alltoall, nullptr, every_block},
+    {21, K::alltoall, "bruck", "bruck", "Bruck: ceil(log2 p) steps, blocks packed per step",
      any_p, alltoall_bruck_preferred,
      [](const Collective& c, const Operands& o) {
        alltoall_bruck(c, o.send, o.recv, o.count, o.type);
      }},
-    {21, K::alltoall, "pairwise", "pairwise", "every pair exchanges once, all posted at once",
+    {22, K::alltoall, "pairwise", "pairwise", "every pair exchanges once, all posted at once",
      any_p, never,
      [](const Collective& c, const Operands& o) {
        alltoall_pairwise(c, o.send, o.recv, o.count, o.type);
      }},
 
-    {22, K::barrier, "shm", "shm", "a flag per rank in the host segment", any_p, never,
+    {23, K::barrier, "shm", "shm", "a flag per rank in the host segment", any_p, always,
      shm_barrier, nullptr, nothing},
-    {23, K::barrier, "dissemination", "dissemination", "ceil(log2 p) rounds of empty messages",
+    {24, K::barrier, "dissemination", "dissemination", "ceil(log2 p) rounds of empty messages",
      any_p, never, [](const Collective& c, const Operands&) { barrier(c); }},
 
-    {24, K::allgatherv, "ring", "ring", "each block passed once around the ring", any_p, never,
+    {25, K::allgatherv, "ring", "ring", "each block passed once around the ring", any_p, never,
      [](const Collective& c, const Operands& o) {
        allgatherv(c, o.send, o.recv, o.recv_blocks, o.type);
      }},
 
-    {25, K::reduce_scatter_v, "recursive_halving", "recursive_halving",
+    {26, K::reduce_scatter_v, "recursive_halving", "recursive_halving",
      "recursive halving: log2 p steps (p a power of two)", power_of_two,
      reduce_scatter_halving_preferred,
      [](const Collective& c, const Operands& o) {
        reduce_scatter_halving(c, o.send, o.recv, o.recv_blocks.counts, o.type, o.op);
      }},
-    {26, K::reduce_scatter_v, "ring", "ring", "partial sums passed around the ring", any_p, never,
+    {27, K::reduce_scatter_v, "ring", "ring", "partial sums passed around the ring", any_p, never,
      [](const Collective& c, const Operands& o) {
        reduce_scatter_ring(c, o.send, o.recv, o.recv_blocks.counts, o.type, o.op);
      }},
 
-    {27, K::alltoallv, "pairwise", "pairwise", "every pair exchanges once, all posted at once",
+    {28, K::alltoallv, "pairwise", "pairwise", "every pair exchanges once, all posted at once",
      any_p, never,
      [](const Collective& c, const Operands& o) {
        alltoallv(c, o.send, o.send_blocks, o.recv, o.recv_blocks, o.type);
      }},
 
-    {28, K::gather, "shm", "shm", "the root reads every rank's slot of the host segment", any_p,
-     never, shm_gather, nullptr, whole},
-    {29, K::gather, "linear", "linear", "the root receives from every rank at once", any_p, never,
+    {29, K::gather, "shm", "shm", "the root reads every rank's slot of the host segment", any_p,
+     always, shm_gather, nullptr, whole},
+    {30, K::gather, "linear", "linear", "the root receives from every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
        gatherv(c, o.send, o.count, o.recv, o.recv_blocks, o.type, o.root);
      }},
-    {30, K::gatherv, "linear", "linear", "the root receives from every rank at once", any_p, never,
+    {31, K::gatherv, "linear", "linear", "the root receives from every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
        gatherv(c, o.send, o.count, o.recv, o.recv_blocks, o.type, o.root);
      }},
-    {31, K::scatter, "shm", "shm", "every rank reads its block from the root's slot", any_p,
-     never, shm_scatter, nullptr, every_block},
-    {32, K::scatter, "linear", "linear", "the root sends to every rank at once", any_p, never,
+    {32, K::scatter, "shm", "shm", "every rank reads its block from the root's slot", any_p,
+     always, shm_scatter, nullptr, every_block},
+    {33, K::scatter, "linear", "linear", "the root sends to every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
        scatterv(c, o.send, o.send_blocks, o.recv, o.count, o.type, o.root);
      }},
-    {33, K::scatterv, "linear", "linear", "the root sends to every rank at once", any_p, never,
+    {34, K::scatterv, "linear", "linear", "the root sends to every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
        scatterv(c, o.send, o.send_blocks, o.recv, o.count, o.type, o.root);
      }},
@@ -293,18 +303,24 @@ AlgorithmChoice choose_algorithm(CollectiveKind kind, std::string_view forced, s
                     fmt::format("{}: algorithm {} needs every rank on one host (a host segment; "
                                 "CHORUS_SHM=1), and this communicator has none",
                                 to_string(kind), row->name));
-      if (!fits_host(*row))
-        throw Error(ErrorCode::invalid_argument,
-                    fmt::format("{}: algorithm {} writes {} bytes per rank here, more than the "
-                                "host segment's {}-byte slots (CHORUS_SHM_BYTES)",
-                                to_string(kind), row->name, row->host_slot_need(bytes, p),
-                                *host_slot_bytes));
-      return {row, 0, "forced"};
+      // A family name ("shm") takes its preferred row that fits, else any that fits.
+      const AlgorithmRow* fitting = nullptr;
+      for (const AlgorithmRow& r : rows_of(kind))
+        if ((r.name == forced || r.family == forced) && fits_host(r)) {
+          if (r.preferred(bytes, p)) return {&r, 0, "forced"};
+          if (fitting == nullptr) fitting = &r;
+        }
+      if (fitting != nullptr) return {fitting, 0, "forced"};
+      throw Error(ErrorCode::invalid_argument,
+                  fmt::format("{}: algorithm {} writes {} bytes per rank here, more than the "
+                              "host segment's {}-byte slots (CHORUS_SHM_BYTES)",
+                              to_string(kind), row->name, row->host_slot_need(bytes, p),
+                              *host_slot_bytes));
     }
   }
   if (row == nullptr)
     for (const AlgorithmRow& r : rows_of(kind))
-      if (fits_host(r)) return {&r, 0, "host segment"};
+      if (fits_host(r) && r.preferred(bytes, p)) return {&r, 0, "host segment"};
   if (kind == CollectiveKind::allreduce) {
     // A family is compared among its own rows by the cost model; a single
     // row of a family ("direct_one_shot") is taken as it is.

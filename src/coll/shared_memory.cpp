@@ -1,5 +1,6 @@
 #include "coll/shared_memory.hpp"
 
+#include "coll/patterns/chunks.hpp"
 #include "coll/registry.hpp"
 #include "reduce/reduce.hpp"
 #include "shm/segment.hpp"
@@ -154,10 +155,37 @@ void HostCallCheck::finish(transport::Deadline deadline) {
 
 void announce_call(const Collective& c) { contribute(c, nullptr, 0); }
 
-void shm_allreduce(const Collective& c, const Operands& o) {
+void shm_one_shot_allreduce(const Collective& c, const Operands& o) {
   const std::size_t bytes = bytes_of(o.count, o.type);
   contribute(c, o.send, bytes);  // before recv is written: they may be one buffer
   reduce_slots(c, o.recv, 0, o.count, bytes, o.type, o.op);
+}
+
+// Where a two-shot rank's reduced chunk goes in its slot: after its input.
+std::size_t reduced_offset(std::size_t bytes) { return (bytes + 63) / 64 * 64; }
+
+std::size_t shm_two_shot_need(std::size_t bytes, int p) {
+  return reduced_offset(bytes) + bytes / static_cast<std::size_t>(p) + 64;
+}
+
+void shm_two_shot_allreduce(const Collective& c, const Operands& o) {
+  shm::Segment& host = *c.host;
+  const int p = host.size(), r = host.rank();
+  const std::size_t esize = size_of(o.type), bytes = o.count * esize;
+  contribute(c, o.send, bytes);
+  const NearEqualChunks chunks{o.count, static_cast<std::size_t>(p)};
+  const auto chunk = [&](int q) { return static_cast<std::size_t>(q); };
+  reduce_slots(c, host.data(r, c.sequence) + reduced_offset(bytes), chunks.offset(chunk(r)) * esize,
+               chunks.size(chunk(r)), bytes, o.type, o.op);
+  host.publish_second(c.sequence);
+  auto* out = static_cast<std::byte*>(o.recv);
+  for (int q = 0; q < p; ++q) {
+    host.wait([&] { return host.has_done_second(q, c.sequence); }, c.deadline, abort_poll(c), [&] {
+      return fmt::format("rank {} to reduce its chunk of call #{}", q, c.sequence);
+    });
+    std::memcpy(out + chunks.offset(chunk(q)) * esize,
+                host.data(q, c.sequence) + reduced_offset(bytes), chunks.size(chunk(q)) * esize);
+  }
 }
 
 void shm_reduce(const Collective& c, const Operands& o) {

@@ -54,9 +54,23 @@ class HostCallCheck final : public CallCheck {
 // is done with the calls before it; shm/segment.hpp).
 void announce_call(const Collective& c);
 
-// The shared-memory algorithms (registry rows named "shm"); c.host must be
-// set, and what each rank writes must fit a slot (host_slot_need()).
-void shm_allreduce(const Collective& c, const Operands& o);
+// The shared-memory algorithms (registry rows of family "shm"); c.host must
+// be set, and what each rank writes must fit a slot (host_slot_need()).
+//
+// AllReduce has two. One-shot: every rank reduces every slot, whole (one
+// step; p reads of the buffer per rank). Two-shot: rank r reduces only
+// chunk r of every slot into a second area of its own slot, marks it, and
+// every rank copies the p reduced chunks out (two steps; about two reads
+// of the buffer per rank, whatever p): the one for larger buffers.
+//
+//   one-shot   r: out = s0 + s1 + s2 + s3            (all of it)
+//   two-shot   r: c_r = s0[r] + s1[r] + s2[r] + s3[r] (its chunk), then
+//                 out = c_0 | c_1 | c_2 | c_3         (copied from the slots)
+void shm_one_shot_allreduce(const Collective& c, const Operands& o);
+void shm_two_shot_allreduce(const Collective& c, const Operands& o);
+// What two-shot writes into a slot for a buffer of `bytes`: the buffer, and
+// its reduced chunk.
+std::size_t shm_two_shot_need(std::size_t bytes, int p);
 void shm_broadcast(const Collective& c, const Operands& o);
 void shm_reduce(const Collective& c, const Operands& o);
 void shm_allgather(const Collective& c, const Operands& o);

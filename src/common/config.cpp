@@ -21,7 +21,7 @@ constexpr VariableInfo kVariables[] = {
     {V::rank, "CHORUS_RANK", "", "this process's rank"},
     {V::shm, "CHORUS_SHM", "1",
      "0 turns off the host segment (shared-memory collectives and call check on one host)"},
-    {V::shm_bytes, "CHORUS_SHM_BYTES", "65536",
+    {V::shm_bytes, "CHORUS_SHM_BYTES", "4 MiB, at most 8 MiB / p",
      "slot size of the host segment: the largest a rank writes in a shared-memory collective"},
     {V::simd, "CHORUS_SIMD", "auto", "reduction kernels: auto, generic, avx2, avx512"},
     {V::size, "CHORUS_SIZE", "", "the number of ranks"},

@@ -60,10 +60,14 @@ bool switch_from_env(config::Variable variable, bool otherwise) {
               fmt::format("{}='{}' is not 0 or 1", config::name(variable), *value));
 }
 
-// CHORUS_SHM_BYTES: a count of bytes, at least a cache line's worth.
-std::size_t shm_bytes_from_env() {
+// The host segment's slot size: CHORUS_SHM_BYTES (64 B to 1 GiB), else
+// 4 MiB while the segment (2 p slots) stays within 16 MiB (p = 2: 4 MiB,
+// p = 4: 2 MiB, p = 8: 1 MiB, ...; never under 64 KiB).
+std::size_t shm_slot_bytes(int p) {
   const auto value = config::get(config::Variable::shm_bytes);
-  if (!value) return 65536;
+  if (!value)
+    return std::max<std::size_t>(64 << 10,
+                                 std::min<std::size_t>(4 << 20, (8 << 20) / static_cast<std::size_t>(p)));
   char* end = nullptr;
   const unsigned long long bytes = std::strtoull(value->c_str(), &end, 10);
   if (*end != '\0' || bytes < 64 || bytes > (std::size_t{1} << 30))
@@ -80,7 +84,7 @@ std::unique_ptr<shm::Segment> attach_host_segment(transport::Transport& t, doubl
   if (!switch_from_env(config::Variable::shm, true)) return nullptr;
   const coll::Collective setup{t, 0, transport::deadline_after(timeout_seconds), nullptr,
                                abort_requested, scratch};
-  return shm::Segment::attach(t.rank(), t.size(), shm_bytes_from_env(),
+  return shm::Segment::attach(t.rank(), t.size(), shm_slot_bytes(t.size()),
                               [&](const void* mine, std::size_t bytes, void* out) {
                                 coll::allgather_bruck(setup, mine, out, bytes, DataType::uint8);
                               });

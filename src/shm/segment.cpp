@@ -210,7 +210,9 @@ std::unique_ptr<Segment> Segment::attach(int rank, int size, std::size_t slot_by
     if (fd < 0) return errno;
     std::int32_t error = 0;
     struct stat st {};
-    if ((flags & O_CREAT) != 0 && ::ftruncate(fd, static_cast<off_t>(length)) != 0) error = errno;
+    // Reserved now, not on first touch: a /dev/shm too small for it (a
+    // container's 64 MB) is an error here, never a SIGBUS in a collective.
+    if ((flags & O_CREAT) != 0) error = ::posix_fallocate(fd, 0, static_cast<off_t>(length));
     if (error == 0 && ::fstat(fd, &st) != 0) error = errno;
     if (error == 0 && static_cast<std::size_t>(st.st_size) != length) error = EBADF;
     if (error == 0) {
@@ -290,6 +292,11 @@ void Segment::publish(std::uint64_t sequence, std::uint64_t bytes) {
   // sees the sleeper, or the sleeper's re-check sees the slot. So a publish
   // writes nothing shared but its own slot unless someone sleeps.
   mine.sequence.store(sequence, std::memory_order_seq_cst);
+  if (Layout::wake(base_).sleepers.load(std::memory_order_seq_cst) != 0) wake_all();
+}
+
+void Segment::publish_second(std::uint64_t sequence) {
+  header(rank_, sequence).second.store(sequence, std::memory_order_seq_cst);
   if (Layout::wake(base_).sleepers.load(std::memory_order_seq_cst) != 0) wake_all();
 }
 

@@ -46,7 +46,10 @@ namespace chorus::shm {
 struct SlotHeader {
   std::atomic<std::uint64_t> sequence{0};  // the call this slot holds; 0: none yet
   std::uint64_t bytes = 0;                 // data bytes that follow
-  std::byte signature[32] = {};            // the call's coll::CallSignature
+  std::byte signature[24] = {};            // the call's coll::CallSignature
+  // A second step's mark (two-shot AllReduce: this rank's reduced chunk is
+  // written), with the same call number; the same rules as `sequence`.
+  std::atomic<std::uint64_t> second{0};
 };
 static_assert(sizeof(SlotHeader) == 48);
 
@@ -101,6 +104,12 @@ class Segment {
   // Makes this rank's slot for `sequence` visible (signature and data
   // written before) and wakes sleepers.
   void publish(std::uint64_t sequence, std::uint64_t bytes);
+  // Marks this rank's second step of call `sequence` done (what it wrote
+  // for it is visible); wakes sleepers.
+  void publish_second(std::uint64_t sequence);
+  bool has_done_second(int rank, std::uint64_t sequence) const noexcept {
+    return header(rank, sequence).second.load(std::memory_order_acquire) >= sequence;
+  }
 
   // Until `ready()`; `poll` runs every 10 ms of sleeping (it may throw: the
   // abort flag, the call check). Throws Error(timeout) at the deadline
