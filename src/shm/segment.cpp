@@ -267,6 +267,9 @@ std::unique_ptr<Segment> Segment::attach(int rank, int size, std::size_t slot_by
     unmap();
     return nullptr;
   }
+  if (rank == 0)
+    log::info("shm: host segment {} ({} bytes: {} ranks, slots of {} bytes)", name, length, size,
+              slot_bytes);
   return std::unique_ptr<Segment>(new Segment(rank, size, slot_bytes, name, base, length));
 }
 

@@ -165,6 +165,29 @@ void peer_death_alltoall(Communicator& comm) {
       [&] { comm.alltoall(send.data(), recv.data(), block, DataType::float32); });
 }
 
+// The last rank is killed between small AllReduces, which go through the
+// host segment: the others are left waiting on its slot and must fail
+// within seconds, naming it.
+void peer_death_shm(Communicator& comm) {
+  const int victim = comm.size() - 1;
+  std::vector<float> v(8, 1.0f);
+  for (int iteration = 0;; ++iteration) {
+    if (comm.rank() == victim && iteration == 3) {
+      std::printf("dying_at_ms=%lld\n", epoch_ms());
+      std::fflush(stdout);
+      ::raise(SIGKILL);
+    }
+    try {
+      comm.allreduce(std::span<float>(v), ReduceOp::sum, {Algorithm::shared_memory});
+    } catch (const Error& e) {
+      std::printf("failed_at_ms=%lld\nerror (%s): %s\n", epoch_ms(),
+                  std::string(to_string(e.code())).c_str(), e.what());
+      return;
+    }
+    if (iteration > 1000) fail("the victim never died");
+  }
+}
+
 // The last rank never calls: the others time out (CHORUS_TIMEOUT) naming
 // the call and whom they waited for.
 void timeout(Communicator& comm) {
@@ -328,9 +351,10 @@ int main(int argc, char** argv) {
   const std::map<std::string, std::function<void(Communicator&)>> scenarios = {
       {"algorithms", algorithms}, {"async100", async100}, {"mismatch", mismatch},
       {"peer_death", peer_death}, {"timeout", timeout}, {"collectives", collectives},
-      {"split", split}, {"peer_death_alltoall", peer_death_alltoall}};
+      {"split", split}, {"peer_death_alltoall", peer_death_alltoall},
+      {"peer_death_shm", peer_death_shm}};
   if (argc != 2 || !scenarios.count(argv[1])) {
-    std::fprintf(stderr, "usage: comm_worker algorithms|async100|mismatch|peer_death|timeout|collectives|split|peer_death_alltoall\n");
+    std::fprintf(stderr, "usage: comm_worker algorithms|async100|mismatch|peer_death|timeout|collectives|split|peer_death_alltoall|peer_death_shm\n");
     return 2;
   }
   try {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <csignal>
+#include <filesystem>
 #include <regex>
 
 namespace chorus {
@@ -101,6 +102,21 @@ TEST_P(CommMultiProcess, KilledPeerFailsSurvivorsWithinFiveSeconds) {
 
 TEST_P(CommMultiProcess, KilledPeerDuringAlltoallFailsSurvivorsWithinFiveSeconds) {
   expect_survivors_failed_naming_the_victim(run("peer_death_alltoall", 90), GetParam().size - 1);
+}
+
+// Killed while the others wait on its slot of the host segment: the
+// survivors find its process gone, and the segment (unlinked once every
+// rank had mapped it) is not left in /dev/shm.
+TEST_P(CommMultiProcess, KilledPeerWaitedForInSharedMemoryFailsSurvivorsWithinFiveSeconds) {
+  const auto results = run("peer_death_shm", 60, {{"CHORUS_DEBUG", "INFO"}});
+  expect_survivors_failed_naming_the_victim(results, GetParam().size - 1);
+  bool seen_gone = false;  // found by the segment's liveness check, not by the transport
+  for (const auto& r : results) seen_gone = seen_gone || r.output.find("its process is gone") != std::string::npos;
+  EXPECT_TRUE(seen_gone) << testing::describe(results);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(results[0].output, m, std::regex("host segment (/chorus\\.[0-9a-f.]+)")))
+      << testing::describe(results);
+  EXPECT_FALSE(std::filesystem::exists("/dev/shm" + m[1].str())) << m[1].str();
 }
 
 TEST_P(CommMultiProcess, RankThatNeverCallsTimesOutNamingTheCall) {

@@ -1,0 +1,195 @@
+// The host segment (src/shm/segment.hpp) and what runs through it, over
+// in-process ranks: the shared-memory algorithms are chosen and right, in
+// place too; the call check through the segment names both calls; a wait on
+// a slot ends on abort and at the deadline; a stale segment of a dead job is
+// removed and does not confuse a new one; CHORUS_SHM=0 turns it off. (The
+// registry test runs every shm row through every dtype and op; a rank killed
+// while others wait on its slot is in test_comm_multiprocess.cpp.)
+#include "local_ranks.hpp"
+
+#include "coll/registry.hpp"
+#include "shm/segment.hpp"
+
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace chorus {
+namespace {
+
+using namespace std::chrono_literals;
+
+void require(bool ok, const std::string& what) {
+  if (!ok) throw std::runtime_error(what);
+}
+
+void expect_all_passed(const std::vector<testing::RankOutcome>& outcomes) {
+  for (std::size_t r = 0; r < outcomes.size(); ++r)
+    EXPECT_FALSE(outcomes[r].failed) << "rank " << r << ": " << outcomes[r].message;
+}
+
+TEST(HostSegment, SmallCallsRunThroughItAndAreRightInPlaceAndNot) {
+  expect_all_passed(testing::run_ranks(4, [](Communicator& comm) {
+    auto& engine = CommunicatorAccess::engine(comm);
+    require(engine.host != nullptr, "no host segment for ranks of one process");
+    const int p = comm.size(), r = comm.rank();
+    for (std::size_t count : {1, 2, 1000, 100000}) {
+      std::vector<double> a(count), b(count);
+      for (std::size_t i = 0; i < count; ++i) a[i] = static_cast<double>(r * 3 + i % 7);
+      comm.allreduce(a.data(), b.data(), count, DataType::float64, ReduceOp::sum);
+      comm.allreduce(a.data(), a.data(), count, DataType::float64, ReduceOp::sum);  // in place
+      for (std::size_t i = 0; i < count; ++i) {
+        const double want = 3.0 * p * (p - 1) / 2 + static_cast<double>(p * (i % 7));
+        require(a[i] == want && b[i] == want, "allreduce of " + std::to_string(count));
+      }
+    }
+    const auto counters = comm.counters();
+    require(counters.by_algorithm[static_cast<int>(Algorithm::shared_memory)].calls == 8,
+            "the eight calls ran in shared memory");
+    std::vector<int> x(3, r == 2 ? 7 : 0);
+    comm.broadcast(x.data(), 3, DataType::int32, 2);
+    require(x == std::vector<int>(3, 7), "broadcast");
+    comm.barrier();
+  }));
+}
+
+TEST(HostSegment, EveryCollectiveFitsItsSlotsAndChoosesShm) {
+  expect_all_passed(testing::run_ranks(2, [](Communicator& comm) {
+    auto& engine = CommunicatorAccess::engine(comm);
+    using K = coll::CollectiveKind;
+    for (K kind : {K::allreduce, K::broadcast, K::reduce, K::allgather, K::reduce_scatter,
+                   K::alltoall, K::gather, K::scatter, K::barrier}) {
+      const auto choice = engine.choose(kind, "", 64);
+      require(choice.row->family == "shm" && std::string(choice.reason) == "host segment",
+              std::string(coll::to_string(kind)) + " of 64 bytes: " + std::string(choice.row->name));
+    }
+    // AllReduce: one-shot for small buffers, two-shot up to the slot, then the model.
+    require(engine.choose(K::allreduce, "", 1024).row->name == "shm_one_shot", "1 KiB");
+    require(engine.choose(K::allreduce, "", 1 << 20).row->name == "shm_two_shot", "1 MiB");
+    require(engine.choose(K::allreduce, "", 64 << 20).row->family != "shm", "64 MiB");
+  }));
+}
+
+TEST(HostSegment, RanksCallingDifferentlyFailNamingBothCalls) {
+  Options options;
+  options.timeout = std::chrono::seconds(20);
+  // Different counts, both through the segment; then shm against ring.
+  for (int variant = 0; variant < 2; ++variant) {
+    const auto outcomes = testing::run_ranks(3, [&](Communicator& comm) {
+      std::vector<float> v(comm.rank() == 1 && variant == 0 ? 16 : 8, 1.0f);
+      CallOptions how;
+      if (variant == 1) how.algorithm_name = comm.rank() == 1 ? "ring" : "shm";
+      comm.allreduce(v.data(), v.data(), v.size(), DataType::float32, ReduceOp::sum, how);
+    }, options);
+    for (const auto& o : outcomes) {
+      EXPECT_TRUE(o.failed);
+      EXPECT_EQ(o.code, ErrorCode::mismatched_collective) << o.message;
+      if (variant == 0) {
+        EXPECT_NE(o.message.find("rank 0 called allreduce(count=8, float32, sum, shm_one_shot)"),
+                  std::string::npos) << o.message;
+        EXPECT_NE(o.message.find("rank 1 called allreduce(count=16"), std::string::npos) << o.message;
+      } else {
+        EXPECT_NE(o.message.find("ring"), std::string::npos) << o.message;
+        EXPECT_NE(o.message.find("shm_one_shot"), std::string::npos) << o.message;
+      }
+    }
+  }
+}
+
+TEST(HostSegment, AWaitOnASlotEndsOnAbortAndAtTheDeadline) {
+  Options options;
+  options.timeout = std::chrono::seconds(2);
+  // Rank 1 never calls: rank 0 times out naming whom it waited for.
+  auto outcomes = testing::run_ranks(2, [](Communicator& comm) {
+    if (comm.rank() == 1) return;
+    float x = 1;
+    comm.allreduce(&x, &x, 1, DataType::float32, ReduceOp::sum);
+  }, options);
+  EXPECT_TRUE(outcomes[0].failed);
+  EXPECT_EQ(outcomes[0].code, ErrorCode::timeout) << outcomes[0].message;
+  EXPECT_NE(outcomes[0].message.find("rank 1 to begin call #1"), std::string::npos)
+      << outcomes[0].message;
+  // Aborted from another thread while it sleeps on the segment.
+  options.timeout = std::chrono::seconds(60);
+  const auto start = std::chrono::steady_clock::now();
+  outcomes = testing::run_ranks(2, [](Communicator& comm) {
+    if (comm.rank() == 1) {
+      std::this_thread::sleep_for(3s);  // stays alive, never calls
+      return;
+    }
+    std::thread aborter([&] {
+      std::this_thread::sleep_for(300ms);
+      comm.abort("the test gives up");
+    });
+    float x = 1;
+    try {
+      comm.allreduce(&x, &x, 1, DataType::float32, ReduceOp::sum);
+    } catch (...) {
+      aborter.join();
+      throw;
+    }
+    aborter.join();
+  }, options);
+  EXPECT_TRUE(outcomes[0].failed);
+  EXPECT_EQ(outcomes[0].code, ErrorCode::aborted) << outcomes[0].message;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+}
+
+TEST(HostSegment, AStaleSegmentOfADeadJobIsRemovedAndDoesNotConfuseANewOne) {
+  // A pid that is surely gone: a child that has exited and been reaped.
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ::waitpid(child, nullptr, 0);
+  const std::string stale = "/dev/shm/chorus." + std::to_string(child) + ".00000000deadbeef";
+  {
+    std::ofstream garbage(stale);
+    garbage << std::string(4096, '\x7f');  // no header, wrong size: another job's leftovers
+  }
+  ASSERT_TRUE(std::filesystem::exists(stale));
+  expect_all_passed(testing::run_ranks(3, [](Communicator& comm) {
+    require(CommunicatorAccess::engine(comm).host != nullptr, "no host segment");
+    std::int64_t x = comm.rank() + 1;
+    comm.allreduce(&x, &x, 1, DataType::int64, ReduceOp::sum);
+    require(x == 6, "allreduce beside a stale segment");
+  }));
+  EXPECT_FALSE(std::filesystem::exists(stale)) << "the stale segment was left in place";
+  // A live process's segment is never taken for stale.
+  const std::string live = "/dev/shm/chorus." + std::to_string(::getpid()) + ".00000000cafe0000";
+  { std::ofstream(live) << "x"; }
+  shm::remove_stale_segments();
+  EXPECT_TRUE(std::filesystem::exists(live));
+  std::filesystem::remove(live);
+}
+
+TEST(HostSegment, ShmZeroTurnsItOffAndCallsStillRun) {
+  ::setenv("CHORUS_SHM", "0", 1);
+  const auto outcomes = testing::run_ranks(2, [](Communicator& comm) {
+    require(CommunicatorAccess::engine(comm).host == nullptr, "CHORUS_SHM=0 still made a segment");
+    float x = 1;
+    comm.allreduce(&x, &x, 1, DataType::float32, ReduceOp::sum);
+    require(x == 2, "allreduce without the segment");
+    try {
+      CallOptions forced;
+      forced.algorithm = Algorithm::shared_memory;
+      comm.allreduce(&x, &x, 1, DataType::float32, ReduceOp::sum, forced);
+      require(false, "shm ran without a segment");
+    } catch (const Error& e) {
+      require(e.code() == ErrorCode::invalid_argument &&
+                  std::string(e.what()).find("needs every rank on one host") != std::string::npos,
+              e.what());
+    }
+  });
+  ::unsetenv("CHORUS_SHM");
+  expect_all_passed(outcomes);
+}
+
+}  // namespace
+}  // namespace chorus
