@@ -16,6 +16,12 @@ namespace {
 static_assert(std::is_trivially_copyable_v<CallSignature> &&
               sizeof(CallSignature) <= sizeof(shm::SlotHeader::signature));
 
+// memcpy without its rule that even 0 bytes need valid pointers (a call of
+// count 0 may pass null buffers).
+void copy_bytes(void* to, const void* from, std::size_t bytes) {
+  if (bytes > 0) std::memcpy(to, from, bytes);
+}
+
 // What a wait on the segment runs while it sleeps: the abort flag.
 auto abort_poll(const Collective& c) {
   return [flag = c.abort_requested] {
@@ -92,11 +98,12 @@ const std::byte* wait_for_data(const Collective& c, int rank, std::size_t bytes)
 // Copies `bytes` from `source` into this rank's slot and publishes it.
 void contribute(const Collective& c, const void* source, std::size_t bytes) {
   std::byte* slot = begin_slot(c);
-  if (bytes > 0) std::memcpy(slot, source, bytes);
+  copy_bytes(slot, source, bytes);
   c.host->publish(c.sequence, bytes);
 }
 
 std::size_t bytes_of(std::size_t count, DataType type) { return count * size_of(type); }
+
 
 // recv = slot 0 op slot 1 op ... in rank order, every rank alike.
 void reduce_slots(const Collective& c, void* recv, std::size_t offset, std::size_t count,
@@ -105,7 +112,7 @@ void reduce_slots(const Collective& c, void* recv, std::size_t offset, std::size
   const std::size_t bytes = bytes_of(count, type);
   const std::byte* first = wait_for_data(c, 0, slot_bytes) + offset;
   if (p == 1) {
-    std::memmove(recv, first, bytes);
+    if (bytes > 0) std::memmove(recv, first, bytes);
   } else {
     reduce::reduce(recv, first, wait_for_data(c, 1, slot_bytes) + offset, count, type, op);
     for (int q = 2; q < p; ++q)
@@ -183,8 +190,8 @@ void shm_two_shot_allreduce(const Collective& c, const Operands& o) {
     host.wait([&] { return host.has_done_second(q, c.sequence); }, c.deadline, abort_poll(c), [&] {
       return fmt::format("rank {} to reduce its chunk of call #{}", q, c.sequence);
     });
-    std::memcpy(out + chunks.offset(chunk(q)) * esize,
-                host.data(q, c.sequence) + reduced_offset(bytes), chunks.size(chunk(q)) * esize);
+    copy_bytes(out + chunks.offset(chunk(q)) * esize, host.data(q, c.sequence) + reduced_offset(bytes),
+         chunks.size(chunk(q)) * esize);
   }
 }
 
@@ -199,7 +206,7 @@ void shm_broadcast(const Collective& c, const Operands& o) {
   const std::size_t bytes = bytes_of(o.count, o.type);
   const bool root = c.host->rank() == o.root;
   contribute(c, o.recv, root ? bytes : 0);
-  if (!root && bytes > 0) std::memcpy(o.recv, wait_for_data(c, o.root, bytes), bytes);
+  if (!root) copy_bytes(o.recv, wait_for_data(c, o.root, bytes), bytes);
   check_every_signature(c);
 }
 
@@ -208,7 +215,7 @@ void shm_allgather(const Collective& c, const Operands& o) {
   contribute(c, o.send, block);
   auto* out = static_cast<std::byte*>(o.recv);
   for (int q = 0; q < c.host->size(); ++q)
-    std::memcpy(out + static_cast<std::size_t>(q) * block, wait_for_data(c, q, block), block);
+    copy_bytes(out + static_cast<std::size_t>(q) * block, wait_for_data(c, q, block), block);
 }
 
 void shm_reduce_scatter(const Collective& c, const Operands& o) {
@@ -226,8 +233,7 @@ void shm_alltoall(const Collective& c, const Operands& o) {
   const std::size_t mine = block * static_cast<std::size_t>(c.host->rank());
   auto* out = static_cast<std::byte*>(o.recv);
   for (int q = 0; q < c.host->size(); ++q)
-    std::memcpy(out + static_cast<std::size_t>(q) * block, wait_for_data(c, q, total) + mine,
-                block);
+    copy_bytes(out + static_cast<std::size_t>(q) * block, wait_for_data(c, q, total) + mine, block);
 }
 
 void shm_gather(const Collective& c, const Operands& o) {
@@ -236,7 +242,7 @@ void shm_gather(const Collective& c, const Operands& o) {
   if (c.host->rank() == o.root) {
     auto* out = static_cast<std::byte*>(o.recv);
     for (int q = 0; q < c.host->size(); ++q)
-      std::memcpy(out + static_cast<std::size_t>(q) * block, wait_for_data(c, q, block), block);
+      copy_bytes(out + static_cast<std::size_t>(q) * block, wait_for_data(c, q, block), block);
   }
   check_every_signature(c);
 }
@@ -247,7 +253,7 @@ void shm_scatter(const Collective& c, const Operands& o) {
   const bool root = c.host->rank() == o.root;
   contribute(c, o.send, root ? total : 0);
   const std::byte* from = wait_for_data(c, o.root, total);
-  std::memcpy(o.recv, from + block * static_cast<std::size_t>(c.host->rank()), block);
+  copy_bytes(o.recv, from + block * static_cast<std::size_t>(c.host->rank()), block);
   check_every_signature(c);
 }
 
