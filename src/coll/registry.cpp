@@ -51,6 +51,10 @@ bool reduce_scatter_halving_preferred(std::size_t total_bytes, int p) {
 bool shm_one_shot_preferred(std::size_t bytes, int p) {
   return bytes <= (p <= 2 ? 32 * 1024 : 8 * 1024);
 }
+// Two-shot copies the buffer in and the result out: at p = 2 the ring over
+// UCX's cross-memory attach (one copy each way) is faster from 512 KiB
+// (docs/performance.md); from 3 ranks two-shot wins up to its slots.
+bool shm_two_shot_preferred(std::size_t bytes, int p) { return p > 2 || bytes <= 256 * 1024; }
 
 // ---- what a shared-memory row writes into its slot, for a call of
 // choice_bytes() `bytes` on p ranks (it runs while that fits CHORUS_SHM_BYTES)
@@ -97,7 +101,7 @@ constexpr AlgorithmRow kRows[] = {
      any_p, shm_one_shot_preferred, shm_one_shot_allreduce, nullptr, whole},
     {7, K::allreduce, "shm_two_shot", "shm",
      "each rank's buffer in its slot; rank r reduces chunk r of all, then all copy the chunks",
-     any_p, always, shm_two_shot_allreduce, nullptr, shm_two_shot_need},
+     any_p, shm_two_shot_preferred, shm_two_shot_allreduce, nullptr, shm_two_shot_need},
 
     {8, K::broadcast, "shm", "shm", "the root's buffer through its slot of the host segment",
      any_p, always, shm_broadcast, nullptr, whole},

@@ -166,6 +166,7 @@ Route reduction(MPI_Datatype datatype, MPI_Op op, Taken& taken) {
   if (!chorus::is_supported(*type, *chorus_op_)) return Route::op_for_datatype;
   taken.type = *type;
   taken.op = *chorus_op_;
+  taken.reduces = true;
   return Route::chorus;
 }
 
@@ -185,8 +186,12 @@ std::size_t contiguous_named_size(MPI_Datatype t) {
 }
 
 // Past the argument checks: the size threshold, then the communicator.
+// 8-bit integer sums go to Chorus at every size: Open MPI 4.1's op/avx
+// saturates them where MPI says they wrap, and Chorus wraps.
 Route connect(Interposer& it, std::size_t bytes, MPI_Comm comm, Taken& taken) {
-  if (bytes < it.min_bytes) return Route::below_min_bytes;
+  const bool mpi_saturates = taken.reduces && taken.op == ReduceOp::sum &&
+                             (taken.type == DataType::int8 || taken.type == DataType::uint8);
+  if (bytes < it.min_bytes && !mpi_saturates) return Route::below_min_bytes;
   Route r = Route::chorus;
   taken.chorus = communicator_of(it, comm, r);
   return taken.chorus ? Route::chorus : r;

@@ -23,9 +23,12 @@ using chorus::DataType;
 using chorus::ReduceOp;
 
 // Below this many bytes Open MPI's shared-memory path is faster on one
-// host: at p = 2 MPI wins up to 2 KiB, ties at 4 KiB, and Chorus is 1.3-1.7x
-// faster from 8 KiB to 64 KiB (docs/mpi.md has the measurement).
-inline constexpr std::size_t kDefaultMinBytes = 8 * 1024;
+// host even against Chorus's host segment: through this library an 8-byte
+// MPI_Allreduce at p = 2 takes 0.65 us on Chorus against MPI's own 0.52 us
+// (the interposer's lookups cost about 0.1 us); from 1 KiB Chorus is faster
+// (docs/mpi.md has the measurement). 8-bit integer sums go to Chorus at
+// every size (connect() in pmpi_interposer.cpp).
+inline constexpr std::size_t kDefaultMinBytes = 1024;
 
 enum Collective {
   kAllreduce,
@@ -113,6 +116,7 @@ struct Taken {
   const void* send = nullptr;
   DataType type{};
   ReduceOp op{};
+  bool reduces = false;  // type and op were set by reduction()
 };
 
 // MPI usable and the communicator given; the first check of every call.

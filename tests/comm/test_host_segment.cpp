@@ -72,7 +72,8 @@ TEST(HostSegment, EveryCollectiveFitsItsSlotsAndChoosesShm) {
     }
     // AllReduce: one-shot for small buffers, two-shot up to the slot, then the model.
     require(engine.choose(K::allreduce, "", 1024).row->name == "shm_one_shot", "1 KiB");
-    require(engine.choose(K::allreduce, "", 1 << 20).row->name == "shm_two_shot", "1 MiB");
+    require(engine.choose(K::allreduce, "", 256 << 10).row->name == "shm_two_shot", "256 KiB");
+    require(engine.choose(K::allreduce, "", 1 << 20).row->family != "shm", "1 MiB at p = 2");
     require(engine.choose(K::allreduce, "", 64 << 20).row->family != "shm", "64 MiB");
   }));
 }
