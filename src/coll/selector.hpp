@@ -11,6 +11,8 @@
 // entry wins over the model.
 #pragma once
 
+#include <cstddef>
+
 #include "coll/collective.hpp"
 #include "coll/cost_model.hpp"
 
@@ -50,6 +52,11 @@ struct Tuning {
 // Throws chorus::Error naming the file, line and problem.
 Tuning read_tuning(const std::string& path);
 void write_tuning(const std::string& path, const Tuning& tuning);
+
+// The automatic choice keeps the ring from kRingPriorBytes unless the model
+// predicts another variant kDisplaceRingFactor times faster (selector.cpp).
+inline constexpr std::size_t kRingPriorBytes = std::size_t{1} << 20;
+inline constexpr double kDisplaceRingFactor = 1.5;
 
 struct Choice {
   Variant variant;

@@ -43,6 +43,29 @@ TEST(Selector, AutomaticTakesTheCheapestMeasuredVariant) {
   }
 }
 
+// From kRingPriorBytes the ring stays unless another variant is predicted
+// kDisplaceRingFactor times faster: a probe's noise does not flip it.
+TEST(Selector, FromOneMebibyteTheRingStaysUnlessAnotherIsMuchFaster) {
+  for (double tree_speedup : {1.2, 2.0}) {
+    CostModel m = calibrated_with(Variant::ring);
+    for (int v = 0; v < kVariantCount; ++v)
+      for (int i = 0; i < CostModel::kCalibrationPoints; ++i) {
+        const double ring = 1e-6 + 1e-3 * static_cast<double>(CostModel::kCalibrationBytes[i]) / (2 << 20);
+        m.measured[v][i] = v == static_cast<int>(Variant::tree) ? ring / tree_speedup : v == static_cast<int>(Variant::ring) ? ring : 10 * ring;
+      }
+    const Selector s(m);
+    EXPECT_EQ(s.choose(Algorithm::automatic, kRingPriorBytes / 2, 4).variant, Variant::tree);
+    const Choice large = s.choose(Algorithm::automatic, 4 * kRingPriorBytes, 4);
+    if (tree_speedup < kDisplaceRingFactor) {
+      EXPECT_EQ(large.variant, Variant::ring);
+      EXPECT_STREQ(large.reason, "cost model (ring prior)");
+    } else {
+      EXPECT_EQ(large.variant, Variant::tree);
+    }
+    EXPECT_EQ(s.choose(Algorithm::tree, 4 * kRingPriorBytes, 4).variant, Variant::tree);  // forcing wins
+  }
+}
+
 TEST(Selector, ForcedAlgorithmIsKeptAndDirectPicksOneOfItsTwo) {
   const Selector s(calibrated_with(Variant::halving_doubling));
   EXPECT_EQ(s.choose(Algorithm::ring, 100, 4).variant, Variant::ring);
