@@ -151,9 +151,9 @@ Choice Selector::choose(Algorithm requested, std::size_t bytes, int ranks) const
   // the fastest at 2-32 MiB in 26 of 30 (size, launch) pairs of ten launches
   // at p = 2 and 4 (docs/performance.md), while the probe, noisy on a shared
   // machine, made another variant look best in some launches and that one
-  // then ran up to 1.8x slower. Another variant displaces the ring only when
-  // the model predicts it at least 1.5x faster: a difference the probe's
-  // noise does not make.
+  // then ran up to 1.8x slower (with a 1.5x margin still once in ten
+  // launches: a probe that timed the ring 10x too slow). Another variant
+  // displaces the ring only when the model predicts it at least 2x faster.
   if (requested == Algorithm::automatic && bytes >= kRingPriorBytes && best.variant != Variant::ring) {
     const double ring = predicted_seconds(Variant::ring, model_, bytes, ranks);
     if (best.predicted_seconds * kDisplaceRingFactor > ring) {

@@ -56,7 +56,7 @@ void write_tuning(const std::string& path, const Tuning& tuning);
 // The automatic choice keeps the ring from kRingPriorBytes unless the model
 // predicts another variant kDisplaceRingFactor times faster (selector.cpp).
 inline constexpr std::size_t kRingPriorBytes = std::size_t{1} << 20;
-inline constexpr double kDisplaceRingFactor = 1.5;
+inline constexpr double kDisplaceRingFactor = 2.0;
 
 struct Choice {
   Variant variant;

@@ -46,7 +46,7 @@ TEST(Selector, AutomaticTakesTheCheapestMeasuredVariant) {
 // From kRingPriorBytes the ring stays unless another variant is predicted
 // kDisplaceRingFactor times faster: a probe's noise does not flip it.
 TEST(Selector, FromOneMebibyteTheRingStaysUnlessAnotherIsMuchFaster) {
-  for (double tree_speedup : {1.2, 2.0}) {
+  for (double tree_speedup : {1.5, 3.0}) {
     CostModel m = calibrated_with(Variant::ring);
     for (int v = 0; v < kVariantCount; ++v)
       for (int i = 0; i < CostModel::kCalibrationPoints; ++i) {
