@@ -148,7 +148,7 @@ Choice Selector::choose(Algorithm requested, std::size_t bytes, int ranks) const
     }
   }
   // From 1 MiB the ring is the prior: bandwidth-optimal and pipelined, it was
-  // the fastest at 2-32 MiB in 26 of 30 (size, launch) pairs of ten launches
+  // the fastest at 2-32 MiB in 28 of 30 (size, launch) pairs of ten launches
   // at p = 2 and 4 (docs/performance.md), while the probe, noisy on a shared
   // machine, made another variant look best in some launches and that one
   // then ran up to 1.8x slower (with a 1.5x margin still once in ten
