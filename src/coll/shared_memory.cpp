@@ -104,7 +104,6 @@ void contribute(const Collective& c, const void* source, std::size_t bytes) {
 
 std::size_t bytes_of(std::size_t count, DataType type) { return count * size_of(type); }
 
-
 // recv = slot 0 op slot 1 op ... in rank order, every rank alike.
 void reduce_slots(const Collective& c, void* recv, std::size_t offset, std::size_t count,
                   std::size_t slot_bytes, DataType type, ReduceOp op) {
@@ -129,7 +128,7 @@ HostCallCheck::HostCallCheck(const Collective& collective, const CallSignature& 
     : collective_(collective), name_algorithm_(name_algorithm), low_(mine), high_(mine) {
   shm::Segment& host = *collective.host;
   low_rank_ = high_rank_ = host.rank();
-  host.wait_until_writable(collective.sequence, collective.deadline, abort_poll(collective));
+  begin_slot(collective);
   std::memcpy(host.header(host.rank(), collective.sequence).signature, &mine, sizeof mine);
   host.publish(collective.sequence, 0);
 }
@@ -181,17 +180,17 @@ void shm_two_shot_allreduce(const Collective& c, const Operands& o) {
   const std::size_t esize = size_of(o.type), bytes = o.count * esize;
   contribute(c, o.send, bytes);
   const NearEqualChunks chunks{o.count, static_cast<std::size_t>(p)};
-  const auto chunk = [&](int q) { return static_cast<std::size_t>(q); };
-  reduce_slots(c, host.data(r, c.sequence) + reduced_offset(bytes), chunks.offset(chunk(r)) * esize,
-               chunks.size(chunk(r)), bytes, o.type, o.op);
+  const auto first = [&](int q) { return chunks.offset(static_cast<std::size_t>(q)) * esize; };
+  const auto length = [&](int q) { return chunks.size(static_cast<std::size_t>(q)); };
+  reduce_slots(c, host.data(r, c.sequence) + reduced_offset(bytes), first(r), length(r), bytes,
+               o.type, o.op);
   host.publish_second(c.sequence);
   auto* out = static_cast<std::byte*>(o.recv);
   for (int q = 0; q < p; ++q) {
     host.wait([&] { return host.has_done_second(q, c.sequence); }, c.deadline, abort_poll(c), [&] {
       return fmt::format("rank {} to reduce its chunk of call #{}", q, c.sequence);
     });
-    copy_bytes(out + chunks.offset(chunk(q)) * esize, host.data(q, c.sequence) + reduced_offset(bytes),
-         chunks.size(chunk(q)) * esize);
+    copy_bytes(out + first(q), host.data(q, c.sequence) + reduced_offset(bytes), length(q) * esize);
   }
 }
 
