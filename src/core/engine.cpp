@@ -245,9 +245,27 @@ std::optional<Error> Communicator::Impl::error() const {
   return first_error;
 }
 
+void Communicator::Impl::Count::add(std::uint64_t call_bytes, std::uint64_t ns) noexcept {
+  // One writer at a time (run_mutex): plain loads and stores, no locked
+  // instructions; atomics so that counters() may read meanwhile.
+  auto bump = [](std::atomic<std::uint64_t>& a, std::uint64_t by) {
+    a.store(a.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
+  };
+  bump(calls, 1);
+  bump(bytes, call_bytes);
+  bump(nanoseconds, ns);
+}
+
+Counters::Entry Communicator::Impl::Count::read() const noexcept {
+  return {calls.load(std::memory_order_relaxed), bytes.load(std::memory_order_relaxed),
+          static_cast<double>(nanoseconds.load(std::memory_order_relaxed)) * 1e-9};
+}
+
 Counters Communicator::Impl::counters() const {
-  std::lock_guard lock(counters_mutex);
-  return counters_;
+  Counters c;
+  c.total = total_count.read();
+  for (std::size_t a = 0; a < c.by_algorithm.size(); ++a) c.by_algorithm[a] = count_by_algorithm[a].read();
+  return c;
 }
 
 void Communicator::Impl::run(const core::Call& call) {
@@ -297,25 +315,21 @@ void Communicator::Impl::run(const core::Call& call) {
     transport->abort(failure.what());  // again is harmless; ends what a bare throw left
     throw failure;
   }
-  const double seconds = std::chrono::duration<double>(transport::Clock::now() - start).count();
-  std::lock_guard lock(counters_mutex);
-  auto add = [&](Counters::Entry& e) {
-    e.calls += 1;
-    e.bytes += call.operands.count * size_of(call.operands.type);
-    e.seconds += seconds;
-  };
-  add(counters_.total);
+  const auto ns = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(transport::Clock::now() - start).count());
+  const std::uint64_t bytes = call.operands.count * size_of(call.operands.type);
+  total_count.add(bytes, ns);
   if (call.kind == coll::CollectiveKind::allreduce)
-    add(counters_.by_algorithm[static_cast<std::size_t>(
-        call.algorithm->host_slot_need != nullptr
-            ? Algorithm::shared_memory
-            : coll::family(static_cast<coll::Variant>(call.algorithm->id)))]);
+    count_by_algorithm[static_cast<std::size_t>(
+                           call.algorithm->host_slot_need != nullptr
+                               ? Algorithm::shared_memory
+                               : coll::family(static_cast<coll::Variant>(call.algorithm->id)))]
+        .add(bytes, ns);
 }
 
-void Communicator::Impl::submit(const core::Call& prepared) {
+void Communicator::Impl::submit(core::Call call) {
   std::lock_guard submit(submit_mutex);
   if (poisoned.load()) throw poisoned_error();
-  core::Call call = prepared;
   call.sequence = next_sequence++;
   // Earlier async calls run first. No call can be queued meanwhile (that
   // takes submit_mutex), so an empty queue and an idle worker stay so.

@@ -67,7 +67,7 @@ struct Communicator::Impl {
   // CHORUS_ALGO, else the call's, else the communicator's choice.
   coll::AlgorithmChoice choose(coll::CollectiveKind kind, std::string_view requested,
                                std::size_t bytes) const;
-  void submit(const core::Call& call);  // runs it now, in order
+  void submit(core::Call call);  // runs it now, in order
   Work submit_async(const core::Call& call);
   // Point-to-point (core/point_to_point.cpp): posts at once, beside the
   // collectives; the worker thread progresses and ends them. `peer` of a
@@ -147,8 +147,16 @@ struct Communicator::Impl {
   std::atomic<bool> poisoned{false};
   std::atomic<bool> abort_requested{false};
 
-  mutable std::mutex counters_mutex;
-  Counters counters_;
+  // Counted without a lock, on every call's path: written under run_mutex
+  // only; a reader may see a call half counted (calls but not yet its
+  // bytes), never a torn number.
+  struct Count {
+    std::atomic<std::uint64_t> calls{0}, bytes{0}, nanoseconds{0};
+    void add(std::uint64_t call_bytes, std::uint64_t ns) noexcept;
+    Counters::Entry read() const noexcept;
+  };
+  Count total_count;
+  std::array<Count, kAlgorithmCount> count_by_algorithm;
   // (kind, size class, algorithm) already logged at INFO; under submit_mutex.
   std::set<std::tuple<int, int, int>> logged_choices;
 };
