@@ -75,6 +75,11 @@ TEST(HostSegment, EveryCollectiveFitsItsSlotsAndChoosesShm) {
     require(engine.choose(K::allreduce, "", 256 << 10).row->name == "shm_two_shot", "256 KiB");
     require(engine.choose(K::allreduce, "", 1 << 20).row->family != "shm", "1 MiB at p = 2");
     require(engine.choose(K::allreduce, "", 64 << 20).row->family != "shm", "64 MiB");
+    // Data movement only while all p blocks are at most 64 KiB (then one
+    // cross-memory copy beats the segment's two).
+    require(engine.choose(K::allgather, "", 32 << 10).row->family == "shm", "allgather 2 x 32 KiB");
+    require(engine.choose(K::allgather, "", 64 << 10).row->family != "shm", "allgather 2 x 64 KiB");
+    require(engine.choose(K::alltoall, "", 64 << 10).row->family != "shm", "alltoall 2 x 64 KiB");
   }));
 }
 
