@@ -1,5 +1,6 @@
 #include "shm/segment.hpp"
 
+#include "common/host.hpp"
 #include "common/logging.hpp"
 
 #include <fmt/format.h>
@@ -86,31 +87,6 @@ bool read_process(int pid, char& state, std::uint64_t& start_time) {
   return true;
 }
 
-std::string read_first_line(const char* path) {
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);
-  return line;
-}
-
-std::uint64_t namespace_inode(const char* which) {
-  struct stat st {};
-  return ::stat(fmt::format("/proc/self/ns/{}", which).c_str(), &st) == 0 ? st.st_ino : 0;
-}
-
-// The same value on ranks that share a host: hostname, boot, network and pid
-// namespaces (pids must mean the same process to every rank).
-std::uint64_t host_identity() {
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
-  const std::string text = fmt::format("{}|{}|{}|{}", host,
-                                       read_first_line("/proc/sys/kernel/random/boot_id"),
-                                       namespace_inode("net"), namespace_inode("pid"));
-  std::uint64_t hash = 1469598103934665603ull;  // FNV-1a
-  for (unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
-  return hash;
-}
-
 long futex(std::atomic<std::uint32_t>& word, int op, std::uint32_t value,
            const struct timespec* timeout) {
   // Not FUTEX_PRIVATE_FLAG: the word is shared between processes.
@@ -176,7 +152,7 @@ int remove_stale_segments() {
 std::unique_ptr<Segment> Segment::attach(int rank, int size, std::size_t slot_bytes,
                                          const Allgather& allgather) {
   const auto p = static_cast<std::size_t>(size);
-  Identity mine{host_identity(), std::random_device{}() * 4294967296ull + std::random_device{}(),
+  Identity mine{host::identity(), std::random_device{}() * 4294967296ull + std::random_device{}(),
                 slot_bytes, static_cast<std::int32_t>(::getpid()), 0};
   std::vector<Identity> all(p);
   allgather(&mine, sizeof mine, all.data());
