@@ -18,13 +18,15 @@ enum class Algorithm : std::uint8_t {
   halving_doubling,    // Rabenseifner: mid to large, few ranks
   recursive_doubling,  // whole-buffer pairwise exchange: tiny buffers
   shared_memory,       // "shm": through memory shared by the ranks of one host: small buffers
+  hierarchical,        // within each host, then across hosts, then within: ranks on many hosts
 };
-inline constexpr int kAlgorithmCount = 7;
+inline constexpr int kAlgorithmCount = 8;
 
 // False for values outside the enumeration.
 constexpr bool is_valid(Algorithm a) noexcept { return static_cast<int>(a) < kAlgorithmCount; }
 
-// "auto", "ring", "tree", "direct", "halving_doubling", "recursive_doubling", "shm".
+// "auto", "ring", "tree", "direct", "halving_doubling", "recursive_doubling", "shm",
+// "hierarchical".
 CHORUS_API std::string_view to_string(Algorithm a) noexcept;
 // The inverse of to_string ("automatic" is accepted for "auto").
 CHORUS_API std::optional<Algorithm> parse_algorithm(std::string_view name) noexcept;

@@ -66,7 +66,8 @@ void Work::on_complete(std::function<void()> callback) {
 
 namespace {
 constexpr std::string_view kAlgorithmNames[kAlgorithmCount] = {
-    "auto", "ring", "tree", "direct", "halving_doubling", "recursive_doubling", "shm"};
+    "auto", "ring", "tree", "direct", "halving_doubling", "recursive_doubling", "shm",
+    "hierarchical"};
 }
 
 std::string_view to_string(Algorithm a) noexcept {

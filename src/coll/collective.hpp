@@ -31,6 +31,7 @@ namespace chorus::coll {
 
 class CallCheck;
 struct CallSignature;
+class Topology;
 
 inline constexpr transport::Tag kPointToPointTagBit = transport::Tag{1} << (transport::kTagBits - 1);
 
@@ -72,6 +73,9 @@ struct Collective {
   // This call's signature, when the call check is on: the shared-memory
   // algorithms carry it in their own exchange (they run with check == null).
   const CallSignature* signature = nullptr;
+  // Which ranks share a host (coll/topology.hpp), for the hierarchical
+  // algorithms; null: all on one.
+  const Topology* topology = nullptr;
 
   // `bytes` of scratch memory in `slot` (see Scratch).
   std::byte* scratch_buffer(unsigned slot, std::size_t bytes) const;

@@ -2,10 +2,12 @@
 
 #include "coll/direct.hpp"
 #include "coll/halving_doubling.hpp"
+#include "coll/hierarchical.hpp"
 #include "coll/recursive_doubling.hpp"
 #include "coll/ring.hpp"
 #include "coll/selector.hpp"
 #include "coll/shared_memory.hpp"
+#include "coll/topology.hpp"
 #include "coll/tree.hpp"
 
 #include <fmt/format.h>
@@ -55,6 +57,11 @@ bool shm_one_shot_preferred(std::size_t bytes, int p) {
 // UCX's cross-memory attach (one copy each way) is faster from 512 KiB
 // (docs/performance.md); from 3 ranks two-shot wins up to its slots.
 bool shm_two_shot_preferred(std::size_t bytes, int p) { return p > 2 || bytes <= 256 * 1024; }
+
+// Across hosts (several ranks on each), from this size the hierarchical
+// AllReduce's traffic (the link bound) beats every flat algorithm
+// (measured in scripts/netlab's lab: docs/performance.md).
+bool hierarchical_preferred(std::size_t bytes, int) { return bytes >= kHierarchicalFromBytes; }
 
 // ---- what a shared-memory row writes into its slot, for a call of
 // choice_bytes() `bytes` on p ranks (it runs while that fits CHORUS_SHM_BYTES)
@@ -108,116 +115,121 @@ constexpr AlgorithmRow kRows[] = {
     {7, K::allreduce, "shm_two_shot", "shm",
      "each rank's buffer in its slot; rank r reduces chunk r of all, then all copy the chunks",
      any_p, shm_two_shot_preferred, shm_two_shot_allreduce, nullptr, shm_two_shot_need},
+    // Not a Variant either: chosen before the cost model when the ranks are
+    // on several hosts, the same number on each and more than one.
+    {8, K::allreduce, "hierarchical", "hierarchical",
+     "reduce-scatter within each host, AllReduce of each shard across hosts, allgather within",
+     any_p, hierarchical_preferred, allreduce<hierarchical_allreduce>, nullptr, nullptr, true},
 
-    {8, K::broadcast, "shm", "shm", "the root's buffer through its slot of the host segment",
+    {9, K::broadcast, "shm", "shm", "the root's buffer through its slot of the host segment",
      any_p, always, shm_broadcast, nullptr, whole},
-    {9, K::broadcast, "chain", "chain", "segments passed along the ring from the root", any_p,
+    {10, K::broadcast, "chain", "chain", "segments passed along the ring from the root", any_p,
      broadcast_chain_preferred,
      [](const Collective& c, const Operands& o) {
        broadcast_chain(c, o.recv, o.count, o.type, o.root);
      }},
-    {10, K::broadcast, "binomial_tree", "binomial_tree", "binomial tree of the whole buffer",
+    {11, K::broadcast, "binomial_tree", "binomial_tree", "binomial tree of the whole buffer",
      any_p, never,
      [](const Collective& c, const Operands& o) {
        broadcast_binomial(c, o.recv, o.count, o.type, o.root);
      }},
 
-    {11, K::reduce, "shm", "shm", "every slot of the host segment reduced at the root, in rank order",
+    {12, K::reduce, "shm", "shm", "every slot of the host segment reduced at the root, in rank order",
      any_p, always, shm_reduce, nullptr, whole},
-    {12, K::reduce, "reduce_scatter_gather", "reduce_scatter_gather",
+    {13, K::reduce, "reduce_scatter_gather", "reduce_scatter_gather",
      "ring reduce-scatter, then a gather at the root", any_p, reduce_scatter_gather_preferred,
      [](const Collective& c, const Operands& o) {
        reduce_scatter_gather(c, o.send, o.recv, o.count, o.type, o.op, o.root);
      }},
-    {13, K::reduce, "binomial_tree", "binomial_tree", "binomial tree towards the root, segmented",
+    {14, K::reduce, "binomial_tree", "binomial_tree", "binomial tree towards the root, segmented",
      any_p, never,
      [](const Collective& c, const Operands& o) {
        reduce_binomial(c, o.send, o.recv, o.count, o.type, o.op, o.root);
      }},
 
-    {14, K::allgather, "shm", "shm", "every block through its rank's slot of the host segment",
+    {15, K::allgather, "shm", "shm", "every block through its rank's slot of the host segment",
      any_p, small_blocks, shm_allgather, nullptr, whole},
-    {15, K::allgather, "bruck", "bruck", "Bruck: ceil(log2 p) steps of growing block sets",
+    {16, K::allgather, "bruck", "bruck", "Bruck: ceil(log2 p) steps of growing block sets",
      any_p, allgather_bruck_preferred,
      [](const Collective& c, const Operands& o) {
        allgather_bruck(c, o.send, o.recv, o.count, o.type);
      }},
-    {16, K::allgather, "ring", "ring", "each block passed once around the ring", any_p, never,
+    {17, K::allgather, "ring", "ring", "each block passed once around the ring", any_p, never,
      [](const Collective& c, const Operands& o) {
        allgatherv(c, o.send, o.recv, BlockLayout::uniform(c.transport.size(), o.count), o.type);
      }},
 
-    {17, K::reduce_scatter, "shm", "shm",
+    {18, K::reduce_scatter, "shm", "shm",
      "every rank reduces its block from all slots of the host segment", any_p, always,
      shm_reduce_scatter, nullptr, whole},
-    {18, K::reduce_scatter, "recursive_halving", "recursive_halving",
+    {19, K::reduce_scatter, "recursive_halving", "recursive_halving",
      "recursive halving: log2 p steps (p a power of two)", power_of_two,
      reduce_scatter_halving_preferred,
      [](const Collective& c, const Operands& o) {
        reduce_scatter_halving(c, o.send, o.recv, equal_counts(c, o.count), o.type, o.op);
      }},
-    {19, K::reduce_scatter, "ring", "ring", "partial sums passed around the ring", any_p, never,
+    {20, K::reduce_scatter, "ring", "ring", "partial sums passed around the ring", any_p, never,
      [](const Collective& c, const Operands& o) {
        reduce_scatter_ring(c, o.send, o.recv, equal_counts(c, o.count), o.type, o.op);
      }},
 
-    {20, K::alltoall, "shm", "shm", "every rank's blocks through its slot of the host segment",
+    {21, K::alltoall, "shm", "shm", "every rank's blocks through its slot of the host segment",
      any_p, small_blocks, shm_alltoall, nullptr, every_block},
-    {21, K::alltoall, "bruck", "bruck", "Bruck: ceil(log2 p) steps, blocks packed per step",
+    {22, K::alltoall, "bruck", "bruck", "Bruck: ceil(log2 p) steps, blocks packed per step",
      any_p, alltoall_bruck_preferred,
      [](const Collective& c, const Operands& o) {
        alltoall_bruck(c, o.send, o.recv, o.count, o.type);
      }},
-    {22, K::alltoall, "pairwise", "pairwise", "every pair exchanges once, all posted at once",
+    {23, K::alltoall, "pairwise", "pairwise", "every pair exchanges once, all posted at once",
      any_p, never,
      [](const Collective& c, const Operands& o) {
        alltoall_pairwise(c, o.send, o.recv, o.count, o.type);
      }},
 
-    {23, K::barrier, "shm", "shm", "a flag per rank in the host segment", any_p, always,
+    {24, K::barrier, "shm", "shm", "a flag per rank in the host segment", any_p, always,
      shm_barrier, nullptr, nothing},
-    {24, K::barrier, "dissemination", "dissemination", "ceil(log2 p) rounds of empty messages",
+    {25, K::barrier, "dissemination", "dissemination", "ceil(log2 p) rounds of empty messages",
      any_p, never, [](const Collective& c, const Operands&) { barrier(c); }},
 
-    {25, K::allgatherv, "ring", "ring", "each block passed once around the ring", any_p, never,
+    {26, K::allgatherv, "ring", "ring", "each block passed once around the ring", any_p, never,
      [](const Collective& c, const Operands& o) {
        allgatherv(c, o.send, o.recv, o.recv_blocks, o.type);
      }},
 
-    {26, K::reduce_scatter_v, "recursive_halving", "recursive_halving",
+    {27, K::reduce_scatter_v, "recursive_halving", "recursive_halving",
      "recursive halving: log2 p steps (p a power of two)", power_of_two,
      reduce_scatter_halving_preferred,
      [](const Collective& c, const Operands& o) {
        reduce_scatter_halving(c, o.send, o.recv, o.recv_blocks.counts, o.type, o.op);
      }},
-    {27, K::reduce_scatter_v, "ring", "ring", "partial sums passed around the ring", any_p, never,
+    {28, K::reduce_scatter_v, "ring", "ring", "partial sums passed around the ring", any_p, never,
      [](const Collective& c, const Operands& o) {
        reduce_scatter_ring(c, o.send, o.recv, o.recv_blocks.counts, o.type, o.op);
      }},
 
-    {28, K::alltoallv, "pairwise", "pairwise", "every pair exchanges once, all posted at once",
+    {29, K::alltoallv, "pairwise", "pairwise", "every pair exchanges once, all posted at once",
      any_p, never,
      [](const Collective& c, const Operands& o) {
        alltoallv(c, o.send, o.send_blocks, o.recv, o.recv_blocks, o.type);
      }},
 
-    {29, K::gather, "shm", "shm", "the root reads every rank's slot of the host segment", any_p,
+    {30, K::gather, "shm", "shm", "the root reads every rank's slot of the host segment", any_p,
      small_blocks, shm_gather, nullptr, whole},
-    {30, K::gather, "linear", "linear", "the root receives from every rank at once", any_p, never,
+    {31, K::gather, "linear", "linear", "the root receives from every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
        gatherv(c, o.send, o.count, o.recv, o.recv_blocks, o.type, o.root);
      }},
-    {31, K::gatherv, "linear", "linear", "the root receives from every rank at once", any_p, never,
+    {32, K::gatherv, "linear", "linear", "the root receives from every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
        gatherv(c, o.send, o.count, o.recv, o.recv_blocks, o.type, o.root);
      }},
-    {32, K::scatter, "shm", "shm", "every rank reads its block from the root's slot", any_p,
+    {33, K::scatter, "shm", "shm", "every rank reads its block from the root's slot", any_p,
      small_blocks, shm_scatter, nullptr, every_block},
-    {33, K::scatter, "linear", "linear", "the root sends to every rank at once", any_p, never,
+    {34, K::scatter, "linear", "linear", "the root sends to every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
        scatterv(c, o.send, o.send_blocks, o.recv, o.count, o.type, o.root);
      }},
-    {34, K::scatterv, "linear", "linear", "the root sends to every rank at once", any_p, never,
+    {35, K::scatterv, "linear", "linear", "the root sends to every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
        scatterv(c, o.send, o.send_blocks, o.recv, o.count, o.type, o.root);
      }},
@@ -234,9 +246,11 @@ static_assert(ids_are_indices_and_kinds_in_order(),
 // time. tests/coll/test_registry.cpp checks which rows carry a formula.)
 constexpr bool allreduce_rows_are_variants() {
   int rows = 0;
-  for (const AlgorithmRow& row : kRows) rows += row.kind == K::allreduce && row.family != "shm";
+  for (const AlgorithmRow& row : kRows)
+    rows += row.kind == K::allreduce && row.family != "shm" && !row.across_hosts;
   for (int i = 0; i < kVariantCount; ++i)
-    if (kRows[i].kind != K::allreduce || kRows[i].family == "shm") return false;
+    if (kRows[i].kind != K::allreduce || kRows[i].family == "shm" || kRows[i].across_hosts)
+      return false;
   return rows == kVariantCount && kRows[static_cast<int>(Variant::ring)].name == "ring" &&
          kRows[static_cast<int>(Variant::direct_one_shot)].name == "direct_one_shot";
 }
@@ -293,7 +307,8 @@ std::size_t choice_bytes(CollectiveKind kind, const Operands& o, int p) noexcept
 
 AlgorithmChoice choose_algorithm(CollectiveKind kind, std::string_view forced, std::size_t bytes,
                                  int p, const Selector& allreduce_selector,
-                                 std::optional<std::size_t> host_slot_bytes) {
+                                 std::optional<std::size_t> host_slot_bytes,
+                                 const Topology* topology) {
   auto fits_host = [&](const AlgorithmRow& r) {
     return r.host_slot_need != nullptr && host_slot_bytes &&
            r.host_slot_need(bytes, p) <= *host_slot_bytes;
@@ -330,9 +345,22 @@ AlgorithmChoice choose_algorithm(CollectiveKind kind, std::string_view forced, s
                               *host_slot_bytes));
     }
   }
+  if (row != nullptr && row->across_hosts) {
+    if (topology != nullptr && !topology->uniform())
+      throw Error(ErrorCode::invalid_argument,
+                  fmt::format("{}: algorithm {} needs the same number of ranks on every host; "
+                              "this communicator has {}",
+                              to_string(kind), row->name, topology->describe()));
+    return {row, 0, "forced"};
+  }
   if (row == nullptr)
     for (const AlgorithmRow& r : rows_of(kind))
       if (fits_host(r) && r.preferred(bytes, p)) return {&r, 0, "host segment"};
+  const bool hosts_share_work = topology != nullptr && topology->hosts() > 1 &&
+                                topology->uniform() && topology->local_size(0) > 1;
+  if (row == nullptr && hosts_share_work)
+    for (const AlgorithmRow& r : rows_of(kind))
+      if (r.across_hosts && r.preferred(bytes, p)) return {&r, 0, "hosts"};
   if (kind == CollectiveKind::allreduce) {
     // A family is compared among its own rows by the cost model; a single
     // row of a family ("direct_one_shot") is taken as it is.
@@ -353,7 +381,7 @@ AlgorithmChoice choose_algorithm(CollectiveKind kind, std::string_view forced, s
   const char* reason = messaging == 1 ? "only one" : "threshold";
   const AlgorithmRow* fallback = nullptr;
   for (const AlgorithmRow& r : rows) {
-    if (!r.runs_on(p) || r.host_slot_need != nullptr) continue;
+    if (!r.runs_on(p) || r.host_slot_need != nullptr || r.across_hosts) continue;
     if (r.preferred(bytes, p)) return {&r, 0, reason};
     fallback = &r;
   }

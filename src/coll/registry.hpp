@@ -32,6 +32,7 @@
 namespace chorus::coll {
 
 class Selector;
+class Topology;
 
 // One call's buffers and arguments as the algorithms read them, checked by
 // the communicator before anything is sent (see core/arguments.hpp for what
@@ -71,7 +72,14 @@ struct AlgorithmRow {
   // only with a host segment whose slots hold that, and is then chosen
   // before every other row. Null for the rows that send messages.
   std::size_t (*host_slot_need)(std::size_t bytes, int p) = nullptr;
+  // A hierarchical row (coll/hierarchical.hpp): runs where every host has
+  // as many ranks as the others; chosen before the cost model when ranks
+  // are on several hosts, several on each, and it prefers the size.
+  bool across_hosts = false;
 };
+
+// From this AllReduce size the hierarchical row is chosen across hosts.
+inline constexpr std::size_t kHierarchicalFromBytes = 0;
 
 // All rows, by id.
 std::span<const AlgorithmRow> registry() noexcept;
@@ -96,7 +104,7 @@ std::size_t choice_bytes(CollectiveKind kind, const Operands& operands, int p) n
 struct AlgorithmChoice {
   const AlgorithmRow* row;
   double predicted_seconds;  // AllReduce only (0 for the others)
-  const char* reason;  // "forced", "host segment", "tuning file", "cost model", "threshold", "only one"
+  const char* reason;  // "forced", "host segment", "tuning file", "cost model", "threshold", "only one", "hosts"
 };
 // What runs a call: `forced` (a name or family of `kind`'s rows; empty or
 // "auto" for the automatic choice). `host_slot_bytes`: the slot size of the
@@ -104,9 +112,13 @@ struct AlgorithmChoice {
 // fits is chosen first; otherwise AllReduce asks `allreduce_selector`.
 // Throws Error(invalid_argument) for an unknown name, and for a forced row
 // that cannot run on p ranks (or without a host segment, or beyond its
-// slots), naming both.
+// slots, or a hierarchical one on hosts of unequal rank counts), naming
+// both. `topology`: which ranks share hosts (null: one host); a
+// hierarchical row that prefers the size is chosen when there are several
+// hosts with several ranks on each ("hosts").
 AlgorithmChoice choose_algorithm(CollectiveKind kind, std::string_view forced, std::size_t bytes,
                                  int p, const Selector& allreduce_selector,
-                                 std::optional<std::size_t> host_slot_bytes = std::nullopt);
+                                 std::optional<std::size_t> host_slot_bytes = std::nullopt,
+                                 const Topology* topology = nullptr);
 
 }  // namespace chorus::coll

@@ -32,6 +32,9 @@ constexpr VariableInfo kVariables[] = {
     {V::spin_us, "CHORUS_SPIN_US", "50", "microseconds a wait polls before sleeping"},
     {V::store, "CHORUS_STORE", "", "where ranks meet: tcp://host:port or file:///dir"},
     {V::timeout, "CHORUS_TIMEOUT", "300", "seconds every wait may take"},
+    {V::topology, "CHORUS_TOPOLOGY", "",
+     "the host of each rank, overriding what ranks find: HxL (H hosts of L ranks, in rank "
+     "order) or one host number per rank, comma-separated"},
     {V::transport, "CHORUS_TRANSPORT", "auto", "auto, ucx, tcp, local"},
     {V::tuning_file, "CHORUS_TUNING_FILE", "", "a tuning file from allreduce_perf --tune"},
     {V::ucx_cma, "CHORUS_UCX_CMA", "1",

@@ -31,6 +31,7 @@ enum class Variable {
   spin_us,
   store,
   timeout,
+  topology,
   transport,
   tuning_file,
   ucx_cma,

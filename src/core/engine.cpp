@@ -78,16 +78,25 @@ std::size_t shm_slot_bytes(int p) {
 
 // The host segment when every rank is on this host (null otherwise): set up
 // with all-gathers over the freshly connected transport.
-std::unique_ptr<shm::Segment> attach_host_segment(transport::Transport& t, double timeout_seconds,
-                                                  const std::atomic<bool>* abort_requested,
-                                                  coll::Scratch* scratch) {
-  if (!switch_from_env(config::Variable::shm, true)) return nullptr;
-  const coll::Collective setup{t, 0, transport::deadline_after(timeout_seconds), nullptr,
-                               abort_requested, scratch};
-  return shm::Segment::attach(t.rank(), t.size(), shm_slot_bytes(t.size()),
-                              [&](const void* mine, std::size_t bytes, void* out) {
-                                coll::allgather_bruck(setup, mine, out, bytes, DataType::uint8);
-                              });
+// A fixed-size all-gather over the freshly connected transport, for set-up.
+shm::Allgather setup_allgather(transport::Transport& t, double timeout_seconds,
+                               const std::atomic<bool>* abort_requested, coll::Scratch* scratch) {
+  return [&t, timeout_seconds, abort_requested, scratch](const void* mine, std::size_t bytes,
+                                                         void* out) {
+    const coll::Collective setup{t, 0, transport::deadline_after(timeout_seconds), nullptr,
+                                 abort_requested, scratch};
+    coll::allgather_bruck(setup, mine, out, bytes, DataType::uint8);
+  };
+}
+
+// The host segment when every rank is on this host (null otherwise). A
+// topology given by CHORUS_TOPOLOGY that puts ranks on several hosts is
+// taken at its word: no segment, as on real hosts.
+std::unique_ptr<shm::Segment> attach_host_segment(transport::Transport& t,
+                                                  const coll::Topology& topology,
+                                                  const shm::Allgather& allgather) {
+  if (!switch_from_env(config::Variable::shm, true) || topology.hosts() > 1) return nullptr;
+  return shm::Segment::attach(t.rank(), t.size(), shm_slot_bytes(t.size()), allgather);
 }
 
 }  // namespace
@@ -126,7 +135,11 @@ Communicator::Impl::Impl(std::unique_ptr<transport::Transport> t,
   coll::Tuning tuning;
   if (const auto path = config::get(config::Variable::tuning_file)) tuning = coll::read_tuning(*path);
   check_calls = switch_from_env(config::Variable::check, true);
-  host = attach_host_segment(*transport, timeout_seconds, &abort_requested, &scratch);
+  const shm::Allgather allgather =
+      setup_allgather(*transport, timeout_seconds, &abort_requested, &scratch);
+  topology = coll::discover_topology(transport->rank(), transport->size(), allgather,
+                                     config::get(config::Variable::topology));
+  host = attach_host_segment(*transport, *topology, allgather);
   // Threads share the log; a split communicator's rank is not the process's.
   if (transport->name() != "local" && !split) log::set_rank(transport->rank());
 
@@ -150,9 +163,10 @@ Communicator::Impl::Impl(std::unique_ptr<transport::Transport> t,
     source = "tuning file";
   }
   const std::string& allreduce_forced = forced_by_env[0].empty() ? communicator_choice[0] : forced_by_env[0];
-  log::info("communicator: rank {} of {} over {}; cost model ({}): alpha {:.2f} us, overhead "
+  log::info("communicator: rank {} of {} over {}, {}; cost model ({}): alpha {:.2f} us, overhead "
             "{:.2f} us, beta {:.3f} GB/s, gamma {:.3f} GB/s; allreduce algorithm {}{}",
-            transport->rank(), transport->size(), transport->name(), source, us(model.alpha),
+            transport->rank(), transport->size(), transport->name(), topology->describe(), source,
+            us(model.alpha),
             us(model.overhead), model.beta > 0 ? 1e-9 / model.beta : 0.0,
             model.gamma > 0 ? 1e-9 / model.gamma : 0.0,
             allreduce_forced.empty() ? "auto" : allreduce_forced,
@@ -177,7 +191,8 @@ coll::AlgorithmChoice Communicator::Impl::choose(coll::CollectiveKind kind,
   if (name.empty() && !requested.empty() && requested != "auto") name = requested;
   if (name.empty()) name = communicator_choice[k];
   return coll::choose_algorithm(kind, name, bytes, transport->size(), *selector,
-                                host ? std::optional(host->slot_bytes()) : std::nullopt);
+                                host ? std::optional(host->slot_bytes()) : std::nullopt,
+                                &*topology);
 }
 
 core::Call Communicator::Impl::make_call(coll::CollectiveKind kind, const core::CallArgs& args,
@@ -277,7 +292,7 @@ void Communicator::Impl::run(const core::Call& call) {
                   std::chrono::duration<double>(timeout_seconds));
   coll::Collective c{*transport, call.sequence, deadline,  nullptr,
                      &abort_requested, &scratch,  host.get(),
-                     check_calls ? &call.signature : nullptr};
+                     check_calls ? &call.signature : nullptr, &*topology};
   // Declared outside the try: a posted receive must not outlive its
   // buffer, and the transport is aborted in the catch before it goes.
   // With a host segment the check goes through it (a shared-memory
@@ -321,8 +336,9 @@ void Communicator::Impl::run(const core::Call& call) {
   total_count.add(bytes, ns);
   if (call.kind == coll::CollectiveKind::allreduce)
     count_by_algorithm[static_cast<std::size_t>(
-                           call.algorithm->host_slot_need != nullptr
-                               ? Algorithm::shared_memory
+                           call.algorithm->host_slot_need != nullptr ? Algorithm::shared_memory
+                           : call.algorithm->across_hosts
+                               ? Algorithm::hierarchical
                                : coll::family(static_cast<coll::Variant>(call.algorithm->id)))]
         .add(bytes, ns);
 }

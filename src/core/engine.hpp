@@ -16,6 +16,7 @@
 #include "coll/call_check.hpp"
 #include "coll/registry.hpp"
 #include "coll/selector.hpp"
+#include "coll/topology.hpp"
 #include "shm/segment.hpp"
 #include "core/call.hpp"
 #include "transport/transport.hpp"
@@ -85,6 +86,8 @@ struct Communicator::Impl {
   // When every rank is on this host: the memory they share (shm/segment.hpp);
   // null otherwise, or with CHORUS_SHM=0.
   std::unique_ptr<shm::Segment> host;
+  // Which ranks share a host (found at creation, or CHORUS_TOPOLOGY).
+  std::optional<coll::Topology> topology;
   double timeout_seconds;
   Options options;  // as resolved: timeout set, algorithms as given (not CHORUS_ALGO)
 

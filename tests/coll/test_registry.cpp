@@ -13,6 +13,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cctype>
+#include <cstdlib>
 #include <numeric>
 #include <set>
 #include <stdexcept>
@@ -225,15 +227,38 @@ bool has_in_place(CollectiveKind kind) {
 struct Case {
   coll::AlgorithmId id;
   int p;
+  const char* topology = nullptr;  // CHORUS_TOPOLOGY for the case, when set
 };
 
 std::vector<Case> every_row_and_rank_count() {
   std::vector<Case> cases;
-  for (const AlgorithmRow& row : coll::registry())
+  for (const AlgorithmRow& row : coll::registry()) {
     for (int p : {1, 2, 3, 4, 5, 8})
       if (row.runs_on(p)) cases.push_back({row.id, p});
+    // A hierarchical row on hosts (one host above: its degenerate case):
+    // 2 and 4 hosts of 2, 2 of 3, 3 of 2, hosts interleaved, one rank each.
+    if (row.across_hosts)
+      for (const Case c : {Case{row.id, 4, "2x2"}, Case{row.id, 6, "2x3"}, Case{row.id, 6, "3x2"},
+                           Case{row.id, 8, "4x2"}, Case{row.id, 4, "1,0,1,0"},
+                           Case{row.id, 3, "3x1"}})
+        cases.push_back(c);
+  }
   return cases;
 }
+
+// Sets an environment variable for one scope (null: leaves it unset).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (value != nullptr) ::setenv(name, value, 1);
+  }
+  ~ScopedEnv() { ::unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
 
 class EveryAlgorithm : public ::testing::TestWithParam<Case> {};
 
@@ -255,6 +280,7 @@ std::size_t largest_fitting_count(Communicator& comm, const AlgorithmRow& row) {
 TEST_P(EveryAlgorithm, MatchesTheSequentialReferenceInEveryTypeAndOp) {
   const AlgorithmRow& row = coll::registry()[GetParam().id];
   const int p = GetParam().p;
+  const ScopedEnv topology("CHORUS_TOPOLOGY", GetParam().topology);
   const auto outcomes = testing::run_ranks(p, [&](Communicator& comm) {
     for (DataType type : all_types())
       for (ReduceOp op : coll::reduces(row.kind) ? ops_of(type) : std::vector<ReduceOp>{ReduceOp::sum})
@@ -285,8 +311,12 @@ TEST_P(EveryAlgorithm, MatchesTheSequentialReferenceInEveryTypeAndOp) {
 INSTANTIATE_TEST_SUITE_P(Registry, EveryAlgorithm, ::testing::ValuesIn(every_row_and_rank_count()),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            const AlgorithmRow& row = coll::registry()[info.param.id];
-                           return fmt::format("{}_{}_p{}", to_string(row.kind), row.name,
-                                              info.param.p);
+                           std::string hosts;
+                           for (const char* c = info.param.topology; c && *c; ++c)
+                             hosts += std::isalnum(static_cast<unsigned char>(*c)) ? *c : '_';
+                           return fmt::format("{}_{}_p{}{}{}", to_string(row.kind), row.name,
+                                              info.param.p, hosts.empty() ? "" : "_hosts_",
+                                              hosts);
                          });
 
 TEST(Registry, EveryCollectiveHasRowsAndNamesAreUniqueWithinIt) {
@@ -299,9 +329,10 @@ TEST(Registry, EveryCollectiveHasRowsAndNamesAreUniqueWithinIt) {
       EXPECT_TRUE(names.insert(row.name).second) << to_string(kind) << " " << row.name;
       EXPECT_EQ(coll::find_row(kind, row.name), &row);
       EXPECT_EQ(coll::algorithm_name(row.id), row.name);
-      EXPECT_EQ(row.cost != nullptr, kind == CollectiveKind::allreduce && !row.host_slot_need)
-          << row.name << ": AllReduce's rows that send messages, and only they, carry a cost "
-                         "formula";
+      EXPECT_EQ(row.cost != nullptr,
+                kind == CollectiveKind::allreduce && !row.host_slot_need && !row.across_hosts)
+          << row.name << ": AllReduce's flat rows that send messages, and only they, carry a "
+                         "cost formula";
     }
   }
 }

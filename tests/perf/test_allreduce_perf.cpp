@@ -164,7 +164,7 @@ TEST(Options, ShortLongAndAttachedFormsAndSuffixes) {
   EXPECT_EQ(o.iters, 7);
   EXPECT_EQ(o.types, std::vector<DataType>{DataType::bfloat16});
   EXPECT_EQ(o.ops.size(), 5u);
-  EXPECT_EQ(o.algorithms.size(), 7u);  // the six families, shm, auto
+  EXPECT_EQ(o.algorithms.size(), 8u);  // the five flat families, shm, hierarchical, auto
   EXPECT_EQ(o.algorithms.back(), "auto");
   EXPECT_EQ(o.transport, "tcp");
   EXPECT_EQ(o.np, 3);
@@ -192,7 +192,7 @@ TEST(Options, AlgoTakesTheAlgorithmsOfTheProgramsCollective) {
             (std::vector<std::string>{"shm", "bruck", "pairwise", "auto"}));
   EXPECT_EQ(parse({"-A", "all"}, PerfCollective::allreduce).algorithms,
             (std::vector<std::string>{"ring", "tree", "direct", "halving_doubling",
-                                      "recursive_doubling", "shm", "auto"}));
+                                      "recursive_doubling", "shm", "hierarchical", "auto"}));
   try {
     parse({"-A", "bruck"}, PerfCollective::allreduce);
     ADD_FAILURE() << "allreduce has no bruck";
