@@ -1,82 +1,260 @@
 #include "coll/hierarchical.hpp"
 
-#include "coll/patterns/ring.hpp"
-#include "coll/recursive_doubling.hpp"
-#include "coll/ring.hpp"
+#include "coll/patterns/chunks.hpp"
 #include "coll/topology.hpp"
 #include "common/logging.hpp"
 #include "reduce/reduce.hpp"
-#include "transport/subgroup.hpp"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
+#include <vector>
 
 namespace chorus::coll {
+namespace {
+
+using transport::RequestPtr;
+
+// The stages of a piece (hierarchical.hpp), each its own tag segment.
+enum Stage : unsigned { within = 0, across = 1, spread_across = 2, spread_within = 3 };
+
+// When, counted from the step that starts a piece, each stage of it ends:
+// piece i starts at step i, and at step t the pipeline ends stage A of piece
+// t - 1, B of t - kEndAcross, ... so that two pieces are on the links while
+// the oldest is waited for.
+constexpr int kEndWithin = 1, kEndAcross = 3, kEndSpreadAcross = 4, kEndSpreadWithin = 5;
+constexpr int kInFlight = kEndSpreadWithin + 1;  // pieces started and not ended, at most
+
+struct Range {
+  std::size_t first = 0, count = 0;  // elements
+};
+
+Range part(Range whole, std::size_t parts, std::size_t index) {
+  const NearEqualChunks chunks{whole.count, parts};
+  return {whole.first + chunks.offset(index), chunks.size(index)};
+}
+
+class Pipeline {
+ public:
+  Pipeline(const Collective& c, const void* send, void* recv, std::size_t count, DataType type,
+           ReduceOp op)
+      : c_(c),
+        topology_(*c.topology),
+        me_(c.transport.rank()),
+        host_(topology_.host_of(me_)),
+        local_rank_(topology_.local_rank(me_)),
+        local_(topology_.ranks_on(host_)),
+        across_(topology_.peers_across_hosts(local_rank_)),
+        type_(type),
+        op_(op == ReduceOp::avg ? ReduceOp::sum : op),
+        divide_by_(op == ReduceOp::avg ? static_cast<std::size_t>(c.transport.size()) : 0),
+        esize_(size_of(type)),
+        in_(static_cast<const std::byte*>(send)),
+        out_(static_cast<std::byte*>(recv)),
+        pieces_(std::clamp<std::size_t>(
+            (count * esize_ + kHierarchicalPieceBytes - 1) / kHierarchicalPieceBytes, 1,
+            kMaxSteps)),
+        count_(count) {
+    const Range largest_piece = part({0, count}, pieces_, 0);
+    const Range largest_shard = part(largest_piece, local_.size(), 0);
+    largest_shard_ = largest_shard.count;
+    largest_sub_ = part(largest_shard, across_.size(), 0).count;
+    const std::size_t per_piece =
+        ((local_.size() - 1) * largest_shard_ + (across_.size() - 1) * largest_sub_) * esize_;
+    scratch_ = c.scratch_buffer(2, per_piece * kInFlight);
+    scratch_per_piece_ = per_piece;
+  }
+
+  void run() {
+    const int pieces = static_cast<int>(pieces_);
+    for (int t = 0; t < pieces + kEndSpreadWithin; ++t) {
+      if (t < pieces) start_within(t);
+      if (in_range(t - kEndWithin)) end_within_start_across(t - kEndWithin);
+      if (in_range(t - kEndAcross)) end_across_start_spread(t - kEndAcross);
+      if (in_range(t - kEndSpreadAcross)) end_spread_across_start_within(t - kEndSpreadAcross);
+      if (in_range(t - kEndSpreadWithin)) end(t - kEndSpreadWithin);
+    }
+  }
+
+ private:
+  struct Requests {
+    std::vector<RequestPtr> receives, sends;
+  };
+  struct PieceState {
+    std::array<Requests, 4> stage;  // by Stage
+  };
+
+  bool in_range(int piece) const { return piece >= 0 && piece < static_cast<int>(pieces_); }
+  PieceState& state(int piece) { return in_flight_[static_cast<std::size_t>(piece) % kInFlight]; }
+  Range piece_range(int piece) const { return part({0, count_}, pieces_, static_cast<std::size_t>(piece)); }
+  Range shard(int piece, int local_rank) const {
+    return part(piece_range(piece), local_.size(), static_cast<std::size_t>(local_rank));
+  }
+  Range sub_shard(int piece, int host) const {
+    return part(shard(piece, local_rank_), across_.size(), static_cast<std::size_t>(host));
+  }
+  std::byte* out(Range r) const { return out_ + r.first * esize_; }
+  const std::byte* in(Range r) const { return in_ + r.first * esize_; }
+  // Piece `piece`'s scratch: local rank q's contribution (stage A; q is not
+  // this rank), then host g's partial (stage B; g is not this host).
+  std::byte* contribution(int piece, int q) const {
+    const std::size_t slot = static_cast<std::size_t>(q < local_rank_ ? q : q - 1);
+    return scratch_ + static_cast<std::size_t>(piece % kInFlight) * scratch_per_piece_ +
+           slot * largest_shard_ * esize_;
+  }
+  std::byte* partial(int piece, int g) const {
+    const std::size_t slot = static_cast<std::size_t>(g < host_ ? g : g - 1);
+    return scratch_ + static_cast<std::size_t>(piece % kInFlight) * scratch_per_piece_ +
+           ((local_.size() - 1) * largest_shard_ + slot * largest_sub_) * esize_;
+  }
+  transport::Tag tag(int piece, Stage stage) const {
+    return c_.message_tag(0, static_cast<unsigned>(piece), stage);
+  }
+  RequestPtr send(int peer, int piece, Stage stage, const std::byte* from, std::size_t count) {
+    return c_.transport.isend(peer, tag(piece, stage), from, count * esize_);
+  }
+  RequestPtr receive(int peer, int piece, Stage stage, std::byte* into, std::size_t count) {
+    return c_.transport.irecv(peer, tag(piece, stage), into, count * esize_);
+  }
+  void wait_receives(Requests& r) {
+    for (const RequestPtr& request : r.receives) c_.wait(*request);
+  }
+  void wait_sends(Requests& r) {
+    if (!r.sends.empty()) c_.wait_all(r.sends);
+    r.sends.clear();
+  }
+  // dst = a op b, elementwise (dst may be a or b).
+  void combine(std::byte* dst, const std::byte* a, const std::byte* b, std::size_t count) const {
+    if (count > 0) reduce::reduce(dst, a, b, count, type_, op_);
+  }
+
+  // A: every local rank's part of this rank's shard.
+  void start_within(int piece) {
+    Requests& r = state(piece).stage[within];
+    r.receives.clear();
+    const Range mine = shard(piece, local_rank_);
+    for (int q = 0; q < static_cast<int>(local_.size()); ++q) {
+      if (q == local_rank_) continue;
+      const int peer = local_[static_cast<std::size_t>(q)];
+      r.receives.push_back(receive(peer, piece, within, contribution(piece, q), mine.count));
+      const Range theirs = shard(piece, q);
+      r.sends.push_back(send(peer, piece, within, in(theirs), theirs.count));
+    }
+  }
+
+  // End of A: the host's partial of this rank's shard, in place in recv
+  // (this rank's own part first, then local ranks in order); then B.
+  void end_within_start_across(int piece) {
+    Requests& a = state(piece).stage[within];
+    wait_receives(a);
+    const Range mine = shard(piece, local_rank_);
+    std::byte* sum = out(mine);
+    if (local_.size() == 1) {
+      if (sum != in(mine) && mine.count > 0) std::memcpy(sum, in(mine), mine.count * esize_);
+    }
+    bool first = true;
+    for (int q = 0; q < static_cast<int>(local_.size()); ++q) {
+      if (q == local_rank_) continue;
+      combine(sum, first ? in(mine) : sum, contribution(piece, q), mine.count);
+      first = false;
+    }
+    Requests& b = state(piece).stage[across];
+    b.receives.clear();
+    const Range own_sub = sub_shard(piece, host_);
+    for (int g = 0; g < static_cast<int>(across_.size()); ++g) {
+      if (g == host_) continue;
+      const int peer = across_[static_cast<std::size_t>(g)];
+      b.receives.push_back(receive(peer, piece, across, partial(piece, g), own_sub.count));
+      const Range theirs = sub_shard(piece, g);
+      b.sends.push_back(send(peer, piece, across, out(theirs), theirs.count));
+    }
+  }
+
+  // End of B: sub-shard `host_` of this rank's shard is final (this host's
+  // partial first, then the hosts in order); then C.
+  void end_across_start_spread(int piece) {
+    Requests& b = state(piece).stage[across];
+    wait_receives(b);
+    const Range own_sub = sub_shard(piece, host_);
+    std::byte* result = out(own_sub);
+    for (int g = 0; g < static_cast<int>(across_.size()); ++g)
+      if (g != host_) combine(result, result, partial(piece, g), own_sub.count);
+    if (divide_by_ != 0 && own_sub.count > 0) reduce::divide(result, own_sub.count, type_, divide_by_);
+    // C's receives land where B sent from.
+    wait_sends(b);
+    Requests& spread = state(piece).stage[spread_across];
+    spread.receives.clear();
+    for (int g = 0; g < static_cast<int>(across_.size()); ++g) {
+      if (g == host_) continue;
+      const int peer = across_[static_cast<std::size_t>(g)];
+      const Range theirs = sub_shard(piece, g);
+      spread.receives.push_back(receive(peer, piece, spread_across, out(theirs), theirs.count));
+      spread.sends.push_back(send(peer, piece, spread_across, result, own_sub.count));
+    }
+  }
+
+  // End of C: this rank's shard is final; then D.
+  void end_spread_across_start_within(int piece) {
+    Requests& spread = state(piece).stage[spread_across];
+    wait_receives(spread);
+    // D's receives land where A sent from (in place).
+    wait_sends(state(piece).stage[within]);
+    Requests& d = state(piece).stage[spread_within];
+    d.receives.clear();
+    const Range mine = shard(piece, local_rank_);
+    for (int q = 0; q < static_cast<int>(local_.size()); ++q) {
+      if (q == local_rank_) continue;
+      const int peer = local_[static_cast<std::size_t>(q)];
+      const Range theirs = shard(piece, q);
+      d.receives.push_back(receive(peer, piece, spread_within, out(theirs), theirs.count));
+      d.sends.push_back(send(peer, piece, spread_within, out(mine), mine.count));
+    }
+  }
+
+  void end(int piece) {
+    PieceState& s = state(piece);
+    wait_receives(s.stage[spread_within]);
+    for (Requests& r : s.stage) wait_sends(r);
+  }
+
+  const Collective& c_;
+  const Topology& topology_;
+  const int me_, host_, local_rank_;
+  const std::vector<int>& local_;  // this host's ranks, by local rank
+  const std::vector<int> across_;  // local rank l of every host, by host
+  const DataType type_;
+  const ReduceOp op_;
+  const std::size_t divide_by_;  // p for avg, else 0
+  const std::size_t esize_;
+  const std::byte* const in_;
+  std::byte* const out_;
+  const std::size_t pieces_, count_;
+  std::size_t largest_shard_ = 0, largest_sub_ = 0, scratch_per_piece_ = 0;
+  std::byte* scratch_ = nullptr;
+  std::array<PieceState, kInFlight> in_flight_;
+};
+
+}  // namespace
 
 void hierarchical_allreduce(const Collective& c, const void* send, void* recv, std::size_t count,
                             DataType type, ReduceOp op) {
-  const Topology& topology = *c.topology;
-  if (!topology.uniform())
+  if (c.topology != nullptr && !c.topology->uniform())
     throw Error(ErrorCode::invalid_argument,
                 "hierarchical AllReduce needs the same number of ranks on every host: " +
-                    topology.describe());
-  const int me = c.transport.rank();
-  const int local_rank = topology.local_rank(me);
-  const int local_size = topology.local_size(me);
-  const int p = c.transport.size();
-  const std::size_t esize = size_of(type);
-  auto* out = static_cast<std::byte*>(recv);
-  const auto* in = static_cast<const std::byte*>(send);
-
-  transport::Subgroup host(c.transport, topology.ranks_on(topology.host_of(me)));
-  transport::Subgroup across(c.transport, topology.peers_across_hosts(local_rank));
-  const Collective on_host{host,      c.sequence, c.deadline,  c.check,   c.abort_requested,
-                           c.scratch, nullptr,    c.signature, c.topology};
-  const Collective across_hosts{across,    c.sequence, c.deadline,  c.check,   c.abort_requested,
-                                c.scratch, nullptr,    c.signature, c.topology};
-
-  // avg: sums all the way, one division by p at the end (each phase's own
-  // avg would divide by its group's size).
-  const ReduceOp sum_op = op == ReduceOp::avg ? ReduceOp::sum : op;
-  const BlockLayout shards = BlockLayout::near_equal(count, local_size);
-  std::byte* shard = out + shards.offset(local_rank, esize);
-  const std::size_t shard_count = shards.counts[static_cast<std::size_t>(local_rank)];
-
-  // Each phase's time at TRACE: which level dominated a call.
-  const bool traced = log::enabled(log::Level::trace);
+                    c.topology->describe());
+  if (count == 0) return;
+  const Topology one_host = Topology::single_host(c.transport.size());
+  Collective with_topology = c;
+  if (c.topology == nullptr) with_topology.topology = &one_host;
   const auto start = transport::Clock::now();
-  auto since = [&, last = start]() mutable {
-    const auto now = transport::Clock::now();
-    const double ms = std::chrono::duration<double, std::milli>(now - last).count();
-    last = now;
-    return ms;
-  };
-  double on_host_ms = 0, across_ms = 0;
-
-  // 1. Local rank l ends with shard l of its host's sum.
-  ring_reduce_scatter(on_host, {.blocks = shards,
-                                .type = type,
-                                .op = sum_op,
-                                .input = in,
-                                .partial = [&](int j) { return out + shards.offset(j, esize); },
-                                .result = shard,
-                                .finish = 0,
-                                .phase = 0});
-  if (traced) on_host_ms = since();
-  // 2. Shard l over all hosts, by the ranks of local rank l (in place).
-  if (shard_count * esize < kCrossHostRingFromBytes)
-    recursive_doubling_allreduce(across_hosts, shard, shard, shard_count, type, sum_op);
-  else
-    ring_allreduce(across_hosts, shard, shard, shard_count, type, sum_op);
-  if (op == ReduceOp::avg && shard_count > 0)
-    reduce::divide(shard, shard_count, type, static_cast<std::size_t>(p));
-  if (traced) across_ms = since();
-  // 3. Every shard to every local rank.
-  ring_allgather(on_host, shards, esize, out, 0, 1);
-  if (traced)
-    log::trace("hierarchical allreduce #{} of {} bytes: within the host {:.2f} ms + {:.2f} ms, "
-               "across hosts {:.2f} ms ({} bytes per rank)",
-               c.sequence, count * esize, on_host_ms, since(), across_ms, shard_count * esize);
+  Pipeline(with_topology, send, recv, count, type, op).run();
+  if (log::enabled(log::Level::trace))
+    log::trace("hierarchical allreduce #{} of {} bytes on {}: {:.2f} ms", c.sequence,
+               count * size_of(type), with_topology.topology->describe(),
+               std::chrono::duration<double, std::milli>(transport::Clock::now() - start).count());
 }
 
 }  // namespace chorus::coll

@@ -1,26 +1,31 @@
 // Hierarchical AllReduce, for ranks on several hosts, where each host's
-// network link is the bottleneck:
+// network link is the bottleneck. Host h has L ranks (local ranks 0..L-1);
+// the buffer is cut into pieces, each piece into L shards, each shard into
+// H sub-shards. Per piece, local rank l of host h:
 //
-//   host A: a0 a1        1. within each host, a ring reduce-scatter: local
-//   host B: b0 b1           rank l holds shard l of its host's sum
-//                        2. across hosts, the ranks of local rank l (a_l,
-//                           b_l, ...) all-reduce shard l: L AllReduces at
-//                           once, one per local rank, each moving 1/L of
-//                           the buffer, so every local rank drives its share
-//                           of the host's link
-//                        3. within each host, a ring allgather of the shards
+//   A  within the host: sends shard q of its input to local rank q and
+//      receives the others' shard l; reduces them: its host's partial of
+//      shard l
+//   B  across hosts: sends sub-shard g of that partial to local rank l of
+//      host g and receives the other hosts' partials of sub-shard h;
+//      reduces them: sub-shard h of shard l is final
+//   C  across hosts: sends it to local rank l of every other host and
+//      receives their final sub-shards: shard l is final
+//   D  within the host: sends shard l to every local rank and receives
+//      theirs: the piece is final
 //
-// A flat ring across H hosts of L ranks sends 2(p-1)/p of the buffer per
-// rank, and the L ranks of a host share its link: 2(p-1)/p * L of the
-// buffer crosses each link. Here it is 2(H-1)/H, the least possible (the
-// link bound), and the intra-host steps run over memory.
+// Each host link carries 2(H-1)/H of the buffer each way, the least
+// possible (the link bound), split evenly over the host's L ranks so that
+// all of them drive it; a flat ring across the same hosts carries
+// 2(p-1)/p * L of it. Pieces are software-pipelined: while piece i crosses
+// the links, piece i+1 is reduced within the host and piece i-1 is spread
+// within it, so the intra-host steps hide behind the link.
 //
-// Needs the same number of ranks on every host (Topology::uniform()); the
-// cross-host step is recursive doubling for shards under
-// kCrossHostRingFromBytes (fewer steps) and the ring above (least traffic).
-// Results are bit-identical on every rank: each shard is reduced in one
-// fixed order (its host's ring, then the cross-host algorithm's) and then
-// copied. avg sums throughout and divides once, by p.
+// Every element is reduced by exactly one rank in a fixed order (its
+// host's ranks in local-rank order from the owner's own, then the hosts'
+// partials from the owner's own host), then copied: bit-identical on every
+// rank. avg sums throughout and divides once, by p. In place is allowed.
+// Needs the same number of ranks on every host (Topology::uniform()).
 #pragma once
 
 #include "coll/collective.hpp"
@@ -31,7 +36,11 @@
 
 namespace chorus::coll {
 
-inline constexpr std::size_t kCrossHostRingFromBytes = 256 * 1024;
+// The buffer is cut into pieces of this many bytes (more when it would
+// take more than kMaxSteps pieces): large enough that a message per rank
+// pair and step costs little next to moving it, small enough that the
+// first and the last pieces' intra-host steps, which nothing hides, are short.
+inline constexpr std::size_t kHierarchicalPieceBytes = 1 << 20;
 
 // c.topology must be set and uniform.
 void hierarchical_allreduce(const Collective& c, const void* send, void* recv, std::size_t count,

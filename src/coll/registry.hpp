@@ -79,7 +79,7 @@ struct AlgorithmRow {
 };
 
 // From this AllReduce size the hierarchical row is chosen across hosts.
-inline constexpr std::size_t kHierarchicalFromBytes = 0;
+inline constexpr std::size_t kHierarchicalFromBytes = 16 << 10;
 
 // All rows, by id.
 std::span<const AlgorithmRow> registry() noexcept;

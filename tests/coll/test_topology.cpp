@@ -5,6 +5,7 @@
 // real hosts in tests/lab.)
 #include "../comm/local_ranks.hpp"
 
+#include "coll/hierarchical.hpp"
 #include "coll/registry.hpp"
 #include "coll/topology.hpp"
 #include "common/host.hpp"
@@ -12,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <barrier>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -91,19 +93,60 @@ TEST(Topology, SeveralHostsOfSeveralRanksChooseHierarchicalAndNoHostSegment) {
   const auto outcomes = testing::run_ranks(4, [](Communicator& comm) {
     auto& engine = CommunicatorAccess::engine(comm);
     require(engine.host == nullptr, "a host segment across two (given) hosts");
-    for (std::size_t bytes : {8, 4096, 64 << 20}) {
+    for (std::size_t bytes : {16 << 10, 64 << 20}) {
       const auto choice = engine.choose(coll::CollectiveKind::allreduce, "", bytes);
       require(choice.row->name == "hierarchical" && std::string(choice.reason) == "hosts",
               std::to_string(bytes) + " bytes: " + std::string(choice.row->name));
     }
-    std::vector<float> v(1000, static_cast<float>(comm.rank()));
+    require(engine.choose(coll::CollectiveKind::allreduce, "", 4096).row->name != "hierarchical",
+            "4 KiB: fewer steps win below kHierarchicalFromBytes");
+    std::vector<float> v(coll::kHierarchicalFromBytes / 4, static_cast<float>(comm.rank()));
     comm.allreduce(std::span<float>(v), ReduceOp::sum);
-    require(v[999] == 6.0f, "the sum");
+    require(v.back() == 6.0f, "the sum");
     const Counters counters = comm.counters();
     require(counters.by_algorithm[static_cast<int>(Algorithm::hierarchical)].calls == 1,
             "the call was not counted as hierarchical");
   });
   for (const auto& o : outcomes) EXPECT_FALSE(o.failed) << o.message;
+}
+
+// More pieces than the pipeline holds at once (hierarchical.hpp), random
+// floats: every rank ends with the same bits, in place as out of place,
+// close to the sum in double; small integers: exactly the sum.
+TEST(Topology, HierarchicalPipelineOfManyPiecesIsBitIdenticalOnEveryRank) {
+  for (const char* text : {"2x2", "3x2"}) {
+    const ScopedTopology hosts(text);
+    const int p = text[0] == '2' ? 4 : 6;
+    const std::size_t count = 10 * coll::kHierarchicalPieceBytes / 4 + 3;
+    const auto outcomes = testing::run_ranks(p, [&](Communicator& comm) {
+      const auto value = [](int rank, std::size_t i) {
+        std::uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ static_cast<std::uint64_t>(rank + 1) * 0xD1B54A32D192ED03ull;
+        x ^= x >> 29;
+        return static_cast<float>(static_cast<double>(x % 2000001) / 1000.0 - 1000.0);
+      };
+      std::vector<float> send(count), out(count), in_place(count);
+      for (std::size_t i = 0; i < count; ++i) send[i] = in_place[i] = value(comm.rank(), i);
+      const CallOptions hierarchical{Algorithm::hierarchical, ""};
+      comm.allreduce(send.data(), out.data(), count, DataType::float32, ReduceOp::sum, hierarchical);
+      comm.allreduce(in_place.data(), in_place.data(), count, DataType::float32, ReduceOp::sum,
+                     hierarchical);
+      require(std::memcmp(out.data(), in_place.data(), count * 4) == 0, "in place differs");
+      for (std::size_t i = 0; i < count; i += 997) {
+        double want = 0;
+        for (int r = 0; r < comm.size(); ++r) want += value(r, i);
+        require(std::abs(out[i] - want) < 1e-2, "element " + std::to_string(i));
+      }
+      std::uint64_t hash = 1469598103934665603ull;
+      for (const std::byte b : std::as_bytes(std::span(out))) hash = (hash ^ std::to_integer<unsigned>(b)) * 1099511628211ull;
+      std::vector<std::uint64_t> hashes(static_cast<std::size_t>(comm.size()));
+      comm.allgather(&hash, hashes.data(), 1, DataType::uint64);
+      for (const std::uint64_t h : hashes) require(h == hash, "ranks ended with different bits");
+      std::vector<std::int32_t> ints(count, comm.rank() + 1);
+      comm.allreduce(std::span<std::int32_t>(ints), ReduceOp::sum, hierarchical);
+      for (const std::int32_t v : ints) require(v == p * (p + 1) / 2, "the integer sum");
+    });
+    for (const auto& o : outcomes) EXPECT_FALSE(o.failed) << text << ": " << o.message;
+  }
 }
 
 TEST(Topology, OneRankPerHostOrUnequalHostsKeepTheFlatChoice) {
