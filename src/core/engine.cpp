@@ -319,7 +319,10 @@ void Communicator::Impl::run(const core::Call& call) {
   } catch (const std::exception& e) {
     const auto* error = dynamic_cast<const Error*>(&e);
     const ErrorCode code = error ? error->code() : ErrorCode::internal;
-    Error failure(code, fmt::format("{} failed: {}", describe(call), e.what()));
+    // Across hosts, which rank lives where: the error names peers by rank.
+    const std::string hosts =
+        topology->hosts() > 1 ? fmt::format(" [{}]", topology->describe()) : std::string();
+    Error failure(code, fmt::format("{} failed: {}{}", describe(call), e.what(), hosts));
     {
       std::lock_guard lock(error_mutex);
       if (!first_error) first_error = failure;

@@ -188,6 +188,27 @@ void peer_death_shm(Communicator& comm) {
   }
 }
 
+// AllReduces of 4 MiB in a loop until one fails (the lab's failure tests
+// cut a host off or kill it from outside): prints when and why, and
+// "looping" once the first calls went through.
+void until_failure(Communicator& comm) {
+  std::vector<float> v(1 << 20, 1.0f);
+  for (int iteration = 0;; ++iteration) {
+    if (iteration == 3) {
+      std::printf("looping\n");
+      std::fflush(stdout);
+    }
+    try {
+      comm.allreduce(std::span<float>(v), ReduceOp::max);
+    } catch (const Error& e) {
+      std::printf("failed_at_ms=%lld\nerror (%s): %s\n", epoch_ms(),
+                  std::string(to_string(e.code())).c_str(), e.what());
+      std::fflush(stdout);
+      return;
+    }
+  }
+}
+
 // The last rank never calls: the others time out (CHORUS_TIMEOUT) naming
 // the call and whom they waited for.
 void timeout(Communicator& comm) {
@@ -352,9 +373,9 @@ int main(int argc, char** argv) {
       {"algorithms", algorithms}, {"async100", async100}, {"mismatch", mismatch},
       {"peer_death", peer_death}, {"timeout", timeout}, {"collectives", collectives},
       {"split", split}, {"peer_death_alltoall", peer_death_alltoall},
-      {"peer_death_shm", peer_death_shm}};
+      {"peer_death_shm", peer_death_shm}, {"until_failure", until_failure}};
   if (argc != 2 || !scenarios.count(argv[1])) {
-    std::fprintf(stderr, "usage: comm_worker algorithms|async100|mismatch|peer_death|timeout|collectives|split|peer_death_alltoall|peer_death_shm\n");
+    std::fprintf(stderr, "usage: comm_worker algorithms|async100|mismatch|peer_death|timeout|collectives|split|peer_death_alltoall|peer_death_shm|until_failure\n");
     return 2;
   }
   try {

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Tests across the hosts of scripts/netlab (issue 18): each case brings up
+# its own lab (its own name and subnet), runs ranks on its hosts, and takes
+# the lab down again, also when it fails or is killed.
+#
+#   lab_tests.sh BIN_DIR WORKER CASE
+#     collectives TRANSPORT   2 hosts x 2 ranks: every collective's perf tool,
+#                             every result checked, hierarchical AllReduce forced and chosen
+#     host_killed TRANSPORT   a host dies (its pid namespace ends) mid-AllReduce:
+#                             the other host's ranks fail within 5 s naming the peer and its host
+#     link_down TRANSPORT     a host's link goes down mid-AllReduce: every rank fails
+#                             within CHORUS_TIMEOUT (+ slack), naming whom it waited for
+#
+# Exit 77 (CTest: skipped) with the reason where a lab cannot be made here
+# (not root, no network namespaces).
+set -uo pipefail
+
+bin=$1 worker=$2 case=$3 transport=${4:-tcp}
+here=$(cd "$(dirname "$0")" && pwd)
+netlab=$here/../../scripts/netlab
+export NETLAB_NAME=t$$
+out=$(mktemp -d /tmp/chorus-lab.XXXXXX)
+
+skip() { echo "SKIPPED: $*"; exit 77; }
+fail() { echo "FAILED: $*"; for f in "$out"/rank*; do echo "--- $f"; cat "$f"; done; exit 1; }
+cleanup() {
+  jobs -p | xargs -r kill -KILL 2>/dev/null
+  "$netlab" down >/dev/null 2>&1
+  rm -rf "$out"
+}
+trap cleanup EXIT
+
+[ "$(id -u)" = 0 ] || skip "the lab needs root (network namespaces, veth pairs, tc)"
+ip netns add "nl-$NETLAB_NAME-probe" 2>/dev/null && ip netns delete "nl-$NETLAB_NAME-probe" ||
+  skip "network namespaces cannot be created here"
+"$netlab" up 2 --rate 1gbit >/dev/null || fail "netlab up"
+host0=$("$netlab" hosts | awk 'NR==1 {print $2}')
+
+now_ms() { date +%s%3N; }
+
+# start_ranks HOSTS PER_HOST TIMEOUT CMD...: rank r on host r / PER_HOST,
+# output in $out/rank<r>.
+pids=()
+start_ranks() {
+  local hosts=$1 per_host=$2 limit=$3
+  shift 3
+  local p=$((hosts * per_host)) port=$((20000 + RANDOM % 20000))
+  pids=()
+  for ((r = 0; r < p; ++r)); do
+    CHORUS_RANK=$r CHORUS_SIZE=$p CHORUS_STORE=tcp://$host0:$port CHORUS_TRANSPORT=$transport \
+      timeout -s KILL "$limit" "$netlab" run $((r / per_host)) "$@" >"$out/rank$r" 2>&1 &
+    pids+=($!)
+  done
+}
+
+wait_all() {
+  local rc=0
+  for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
+  return $rc
+}
+
+# Until every rank printed "looping" (the AllReduces run), at most 60 s.
+wait_looping() {
+  for _ in $(seq 600); do
+    local ready=0
+    for f in "$out"/rank*; do grep -q looping "$f" && ready=$((ready + 1)); done
+    [ "$ready" -eq "${#pids[@]}" ] && return 0
+    sleep 0.1
+  done
+  fail "the ranks never started looping"
+}
+
+# check_failed RANK START_MS WITHIN_MS: the rank reported an error within
+# WITHIN_MS of START_MS that names a peer rank and, across hosts, the hosts.
+check_failed() {
+  local rank=$1 start=$2 within=$3 f="$out/rank$1"
+  local at
+  at=$(sed -n 's/^failed_at_ms=//p' "$f")
+  [ -n "$at" ] || fail "rank $rank reported no error"
+  local took=$((at - start))
+  echo "rank $rank failed after $took ms: $(grep '^error' "$f")"
+  [ "$took" -le "$within" ] || fail "rank $rank took $took ms (limit $within ms)"
+  grep -q "rank [0-9]" "$f" || fail "rank $rank's error names no peer"
+  grep -q "lab0: 0-1, lab1: 2-3" "$f" || fail "rank $rank's error does not say which host holds which rank"
+}
+
+case $case in
+  collectives)
+    for tool in allreduce_perf allgather_perf broadcast_perf reduce_perf reduce_scatter_perf alltoall_perf; do
+      start_ranks 2 2 120 "$bin/$tool" -b 8 -e 4M -f 64 -n 2 -w 1 -c 1
+      wait_all || fail "$tool"
+      grep -q "Out of bounds values : 0 OK" "$out/rank0" || fail "$tool: wrong results"
+      echo "$tool: every result right"
+    done
+    for algo in hierarchical auto; do
+      start_ranks 2 2 120 "$bin/allreduce_perf" -b 8 -e 8M -f 8 -n 2 -w 1 -c 1 -A $algo -o all
+      wait_all || fail "allreduce_perf -A $algo"
+      grep -q "Out of bounds values : 0 OK" "$out/rank0" || fail "allreduce -A $algo: wrong results"
+      echo "allreduce -A $algo: every result right"
+    done
+    grep -q "auto:hierarchical" "$out/rank0" || fail "the automatic choice never took hierarchical across 2 hosts"
+    ;;
+  host_killed)
+    CHORUS_TIMEOUT=60 start_ranks 2 2 90 "$worker" until_failure
+    wait_looping
+    start=$(now_ms)
+    kill -KILL "$(cat /run/netlab/$NETLAB_NAME/h1.pid)"  # host 1's pid 1: all of its ranks
+    wait_all
+    check_failed 0 "$start" 5000
+    check_failed 1 "$start" 5000
+    ;;
+  link_down)
+    CHORUS_TIMEOUT=6 start_ranks 2 2 90 "$worker" until_failure
+    wait_looping
+    start=$(now_ms)
+    link="nlb-$NETLAB_NAME-1"
+    ip link set "${link:0:15}" down
+    wait_all
+    for r in 0 1 2 3; do check_failed $r "$start" 10000; done
+    ;;
+  *) echo "unknown case $case"; exit 2 ;;
+esac
+echo "PASSED: $case over $transport"
