@@ -37,10 +37,12 @@
 namespace chorus::coll {
 
 // The buffer is cut into pieces of this many bytes (more when it would
-// take more than kMaxSteps pieces): large enough that a message per rank
-// pair and step costs little next to moving it, small enough that the
-// first and the last pieces' intra-host steps, which nothing hides, are short.
-inline constexpr std::size_t kHierarchicalPieceBytes = 1 << 20;
+// take more than kMaxSteps pieces): small, so that the first and the last
+// pieces' stages, which nothing hides, are short. Measured in the 2 x 2
+// lab at 1 Gbit/s (docs/performance.md "Many hosts"): 64-256 KiB pieces
+// take 1.00-1.05x the link bound from 1 to 64 MiB, 1 MiB pieces 1.10-1.21x,
+// 4 MiB pieces 1.2-1.7x; 128 KiB also keeps 256 KiB calls at the bound.
+inline constexpr std::size_t kHierarchicalPieceBytes = 128 << 10;
 
 // c.topology must be set and uniform.
 void hierarchical_allreduce(const Collective& c, const void* send, void* recv, std::size_t count,
