@@ -237,24 +237,92 @@ class Pipeline {
   std::array<PieceState, kInFlight> in_flight_;
 };
 
+// c.topology, or one host when it is null; throws for hosts of unequal rank counts.
+const Topology& uniform_topology(const Collective& c, const Topology& one_host,
+                                 std::string_view what) {
+  if (c.topology == nullptr) return one_host;
+  if (!c.topology->uniform())
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("hierarchical {} needs the same number of ranks on every host: {}",
+                            what, c.topology->describe()));
+  return *c.topology;
+}
+
 }  // namespace
 
 void hierarchical_allreduce(const Collective& c, const void* send, void* recv, std::size_t count,
                             DataType type, ReduceOp op) {
-  if (c.topology != nullptr && !c.topology->uniform())
-    throw Error(ErrorCode::invalid_argument,
-                "hierarchical AllReduce needs the same number of ranks on every host: " +
-                    c.topology->describe());
-  if (count == 0) return;
   const Topology one_host = Topology::single_host(c.transport.size());
   Collective with_topology = c;
-  if (c.topology == nullptr) with_topology.topology = &one_host;
+  with_topology.topology = &uniform_topology(c, one_host, "AllReduce");
+  if (count == 0) return;
   const auto start = transport::Clock::now();
   Pipeline(with_topology, send, recv, count, type, op).run();
   if (log::enabled(log::Level::trace))
     log::trace("hierarchical allreduce #{} of {} bytes on {}: {:.2f} ms", c.sequence,
                count * size_of(type), with_topology.topology->describe(),
                std::chrono::duration<double, std::milli>(transport::Clock::now() - start).count());
+}
+
+void hierarchical_allgather(const Collective& c, const void* send, void* recv, std::size_t count,
+                            DataType type) {
+  const Topology one_host = Topology::single_host(c.transport.size());
+  const Topology& topology = uniform_topology(c, one_host, "allgather");
+  const std::size_t block = count * size_of(type);
+  if (block == 0) return;
+  transport::Transport& t = c.transport;
+  const int me = t.rank(), host = topology.host_of(me), local_rank = topology.local_rank(me);
+  const std::vector<int>& local = topology.ranks_on(host);
+  const std::vector<int> across = topology.peers_across_hosts(local_rank);
+  auto* out = static_cast<std::byte*>(recv);
+  auto at = [&](int rank) { return out + static_cast<std::size_t>(rank) * block; };
+  if (send != at(me)) std::memcpy(at(me), send, block);
+  // Blocks move in pieces (hierarchical.hpp), each forwarded within the
+  // host as soon as it is here. Tags: phase 0 across hosts, 1 within; the
+  // step is the host whose block it is, the segment the piece.
+  const std::size_t pieces = std::clamp<std::size_t>(
+      (block + kHierarchicalPieceBytes - 1) / kHierarchicalPieceBytes, 1, kMaxSegments);
+  const NearEqualChunks piece{block, pieces};
+  auto tag = [&](unsigned phase, int of_host, std::size_t k) {
+    return c.message_tag(phase, static_cast<unsigned>(of_host), static_cast<unsigned>(k));
+  };
+  std::vector<RequestPtr> sends, within;
+  std::vector<std::vector<RequestPtr>> from_hosts(across.size());
+  for (int g = 0; g < static_cast<int>(across.size()); ++g) {
+    if (g == host) continue;
+    const int peer = across[static_cast<std::size_t>(g)];
+    for (std::size_t k = 0; k < pieces; ++k) {
+      from_hosts[static_cast<std::size_t>(g)].push_back(
+          t.irecv(peer, tag(0, g, k), at(peer) + piece.offset(k), piece.size(k)));
+      sends.push_back(t.isend(peer, tag(0, host, k), at(me) + piece.offset(k), piece.size(k)));
+    }
+  }
+  for (int q = 0; q < static_cast<int>(local.size()); ++q) {
+    if (q == local_rank) continue;
+    for (int g = 0; g < topology.hosts(); ++g) {
+      const int owner = topology.ranks_on(g)[static_cast<std::size_t>(q)];
+      for (std::size_t k = 0; k < pieces; ++k)
+        within.push_back(t.irecv(local[static_cast<std::size_t>(q)], tag(1, g, k),
+                                 at(owner) + piece.offset(k), piece.size(k)));
+    }
+  }
+  auto forward = [&](int g, std::size_t k) {
+    const int owner = across[static_cast<std::size_t>(g)];
+    for (int q = 0; q < static_cast<int>(local.size()); ++q)
+      if (q != local_rank)
+        sends.push_back(t.isend(local[static_cast<std::size_t>(q)], tag(1, g, k),
+                                at(owner) + piece.offset(k), piece.size(k)));
+  };
+  for (std::size_t k = 0; k < pieces; ++k) forward(host, k);
+  // Piece by piece, host by host: every host's first pieces go on early.
+  for (std::size_t k = 0; k < pieces; ++k)
+    for (int g = 0; g < static_cast<int>(across.size()); ++g)
+      if (g != host) {
+        c.wait(*from_hosts[static_cast<std::size_t>(g)][k]);
+        forward(g, k);
+      }
+  for (const RequestPtr& r : within) c.wait(*r);
+  c.wait_all(sends);
 }
 
 }  // namespace chorus::coll

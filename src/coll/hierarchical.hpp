@@ -44,8 +44,17 @@ namespace chorus::coll {
 // 4 MiB pieces 1.2-1.7x; 128 KiB also keeps 256 KiB calls at the bound.
 inline constexpr std::size_t kHierarchicalPieceBytes = 128 << 10;
 
-// c.topology must be set and uniform.
+// c.topology (null: one host) must be uniform, else invalid_argument.
 void hierarchical_allreduce(const Collective& c, const void* send, void* recv, std::size_t count,
                             DataType type, ReduceOp op);
+
+// Hierarchical allgather: every rank first sends its block to the ranks of
+// its local rank on the other hosts, then passes each of the H blocks it
+// then holds to its host's other ranks, each as soon as it is here. Each
+// host link carries L(H-1) blocks each way, exactly what must enter a host;
+// a flat ring carries p - 1 = HL - 1. In place (send at recv's block of
+// this rank) is allowed; c.topology as above.
+void hierarchical_allgather(const Collective& c, const void* send, void* recv, std::size_t count,
+                            DataType type);
 
 }  // namespace chorus::coll

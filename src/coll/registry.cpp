@@ -62,6 +62,10 @@ bool shm_two_shot_preferred(std::size_t bytes, int p) { return p > 2 || bytes <=
 // AllReduce's traffic (the link bound) beats every flat algorithm
 // (measured in scripts/netlab's lab: docs/performance.md).
 bool hierarchical_preferred(std::size_t bytes, int) { return bytes >= kHierarchicalFromBytes; }
+// Allgather: by all p blocks, the same.
+bool hierarchical_allgather_preferred(std::size_t block_bytes, int p) {
+  return block_bytes * static_cast<std::size_t>(p) >= kHierarchicalFromBytes;
+}
 
 // ---- what a shared-memory row writes into its slot, for a call of
 // choice_bytes() `bytes` on p ranks (it runs while that fits CHORUS_SHM_BYTES)
@@ -158,78 +162,84 @@ constexpr AlgorithmRow kRows[] = {
      [](const Collective& c, const Operands& o) {
        allgatherv(c, o.send, o.recv, BlockLayout::uniform(c.transport.size(), o.count), o.type);
      }},
+    {18, K::allgather, "hierarchical", "hierarchical",
+     "across hosts by local rank, then within each host", any_p, hierarchical_allgather_preferred,
+     [](const Collective& c, const Operands& o) {
+       hierarchical_allgather(c, o.send, o.recv, o.count, o.type);
+     },
+     nullptr, nullptr, true},
 
-    {18, K::reduce_scatter, "shm", "shm",
+    {19, K::reduce_scatter, "shm", "shm",
      "every rank reduces its block from all slots of the host segment", any_p, always,
      shm_reduce_scatter, nullptr, whole},
-    {19, K::reduce_scatter, "recursive_halving", "recursive_halving",
+    {20, K::reduce_scatter, "recursive_halving", "recursive_halving",
      "recursive halving: log2 p steps (p a power of two)", power_of_two,
      reduce_scatter_halving_preferred,
      [](const Collective& c, const Operands& o) {
        reduce_scatter_halving(c, o.send, o.recv, equal_counts(c, o.count), o.type, o.op);
      }},
-    {20, K::reduce_scatter, "ring", "ring", "partial sums passed around the ring", any_p, never,
+    {21, K::reduce_scatter, "ring", "ring", "partial sums passed around the ring", any_p, never,
      [](const Collective& c, const Operands& o) {
        reduce_scatter_ring(c, o.send, o.recv, equal_counts(c, o.count), o.type, o.op);
      }},
 
-    {21, K::alltoall, "shm", "shm", "every rank's blocks through its slot of the host segment",
+    {22, K::alltoall, "shm", "shm", "every rank's blocks through its slot of the host segment",
      any_p, small_blocks, shm_alltoall, nullptr, every_block},
-    {22, K::alltoall, "bruck", "bruck", "Bruck: ceil(log2 p) steps, blocks packed per step",
+    {23, K::alltoall, "bruck", "bruck", "Bruck: ceil(log2 p) steps, blocks packed per step",
      any_p, alltoall_bruck_preferred,
      [](const Collective& c, const Operands& o) {
        alltoall_bruck(c, o.send, o.recv, o.count, o.type);
      }},
-    {23, K::alltoall, "pairwise", "pairwise", "every pair exchanges once, all posted at once",
+    {24, K::alltoall, "pairwise", "pairwise", "every pair exchanges once, all posted at once",
      any_p, never,
      [](const Collective& c, const Operands& o) {
        alltoall_pairwise(c, o.send, o.recv, o.count, o.type);
      }},
 
-    {24, K::barrier, "shm", "shm", "a flag per rank in the host segment", any_p, always,
+    {25, K::barrier, "shm", "shm", "a flag per rank in the host segment", any_p, always,
      shm_barrier, nullptr, nothing},
-    {25, K::barrier, "dissemination", "dissemination", "ceil(log2 p) rounds of empty messages",
+    {26, K::barrier, "dissemination", "dissemination", "ceil(log2 p) rounds of empty messages",
      any_p, never, [](const Collective& c, const Operands&) { barrier(c); }},
 
-    {26, K::allgatherv, "ring", "ring", "each block passed once around the ring", any_p, never,
+    {27, K::allgatherv, "ring", "ring", "each block passed once around the ring", any_p, never,
      [](const Collective& c, const Operands& o) {
        allgatherv(c, o.send, o.recv, o.recv_blocks, o.type);
      }},
 
-    {27, K::reduce_scatter_v, "recursive_halving", "recursive_halving",
+    {28, K::reduce_scatter_v, "recursive_halving", "recursive_halving",
      "recursive halving: log2 p steps (p a power of two)", power_of_two,
      reduce_scatter_halving_preferred,
      [](const Collective& c, const Operands& o) {
        reduce_scatter_halving(c, o.send, o.recv, o.recv_blocks.counts, o.type, o.op);
      }},
-    {28, K::reduce_scatter_v, "ring", "ring", "partial sums passed around the ring", any_p, never,
+    {29, K::reduce_scatter_v, "ring", "ring", "partial sums passed around the ring", any_p, never,
      [](const Collective& c, const Operands& o) {
        reduce_scatter_ring(c, o.send, o.recv, o.recv_blocks.counts, o.type, o.op);
      }},
 
-    {29, K::alltoallv, "pairwise", "pairwise", "every pair exchanges once, all posted at once",
+    {30, K::alltoallv, "pairwise", "pairwise", "every pair exchanges once, all posted at once",
      any_p, never,
      [](const Collective& c, const Operands& o) {
        alltoallv(c, o.send, o.send_blocks, o.recv, o.recv_blocks, o.type);
      }},
 
-    {30, K::gather, "shm", "shm", "the root reads every rank's slot of the host segment", any_p,
+    {31, K::gather, "shm", "shm", "the root reads every rank's slot of the host segment", any_p,
      small_blocks, shm_gather, nullptr, whole},
-    {31, K::gather, "linear", "linear", "the root receives from every rank at once", any_p, never,
+    {32, K::gather, "linear", "linear", "the root receives from every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
        gatherv(c, o.send, o.count, o.recv, o.recv_blocks, o.type, o.root);
      }},
-    {32, K::gatherv, "linear", "linear", "the root receives from every rank at once", any_p, never,
+    {33, K::gatherv, "linear", "linear", "the root receives from every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
        gatherv(c, o.send, o.count, o.recv, o.recv_blocks, o.type, o.root);
      }},
-    {33, K::scatter, "shm", "shm", "every rank reads its block from the root's slot", any_p,
+    {34, K::scatter, "shm", "shm", "every rank reads its block from the root's slot", any_p,
      small_blocks, shm_scatter, nullptr, every_block},
-    {34, K::scatter, "linear", "linear", "the root sends to every rank at once", any_p, never,
+    {35, K::scatter, "linear", "linear", "the root sends to every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
        scatterv(c, o.send, o.send_blocks, o.recv, o.count, o.type, o.root);
      }},
-    {35, K::scatterv, "linear", "linear", "the root sends to every rank at once", any_p, never,
+    {36, K::scatterv, "linear", "linear", "the root sends to every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
        scatterv(c, o.send, o.send_blocks, o.recv, o.count, o.type, o.root);
      }},

@@ -401,7 +401,7 @@ TEST(Registry, PerCollectiveNamesInOptionsReachTheCall) {
   options.algorithms = "allgather=butterfly";
   const auto bad = testing::run_ranks(1, [](Communicator&) {}, options);
   EXPECT_TRUE(bad[0].failed);
-  EXPECT_NE(bad[0].message.find("Options::algorithms='allgather=butterfly': 'butterfly' is not one of auto, shm, bruck, ring"),
+  EXPECT_NE(bad[0].message.find("Options::algorithms='allgather=butterfly': 'butterfly' is not one of auto, shm, bruck, ring, hierarchical"),
             std::string::npos)
       << bad[0].message;
 }

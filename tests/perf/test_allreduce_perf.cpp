@@ -346,7 +346,7 @@ TEST(CollectivePerf, AlgorithmFlagsAndBadRootsAreRefused) {
   // Every collective takes -A, with its own algorithms' names; --tune is AllReduce's.
   PerfRun run = run_perf({"--np", "2", "-A", "tree"}, 60, tool("allgather_perf"));
   EXPECT_EQ(run.result.exit_code, 2) << run.text();
-  EXPECT_NE(run.text().find("-A/--algo: 'tree' is not one of auto, shm, bruck, ring, all (the "
+  EXPECT_NE(run.text().find("-A/--algo: 'tree' is not one of auto, shm, bruck, ring, hierarchical, all (the "
                             "algorithms of allgather)"),
             std::string::npos)
       << run.text();
