@@ -28,6 +28,14 @@ enum Stage : unsigned { within = 0, across = 1, spread_across = 2, spread_within
 constexpr int kEndWithin = 1, kEndAcross = 3, kEndSpreadAcross = 4, kEndSpreadWithin = 5;
 constexpr int kInFlight = kEndSpreadWithin + 1;  // pieces started and not ended, at most
 
+// Pieces of kHierarchicalPieceBytes, larger on many ranks: a piece is
+// cut into p messages (L shards of H sub-shards), each at least
+// kHierarchicalMessageBytes.
+std::size_t piece_bytes(const Collective& c) {
+  return std::max(kHierarchicalPieceBytes,
+                  kHierarchicalMessageBytes * static_cast<std::size_t>(c.transport.size()));
+}
+
 struct Range {
   std::size_t first = 0, count = 0;  // elements
 };
@@ -55,8 +63,7 @@ class Pipeline {
         in_(static_cast<const std::byte*>(send)),
         out_(static_cast<std::byte*>(recv)),
         pieces_(std::clamp<std::size_t>(
-            (count * esize_ + kHierarchicalPieceBytes - 1) / kHierarchicalPieceBytes, 1,
-            kMaxSteps)),
+            (count * esize_ + piece_bytes(c) - 1) / piece_bytes(c), 1, kMaxSteps)),
         count_(count) {
     const Range largest_piece = part({0, count}, pieces_, 0);
     const Range largest_shard = part(largest_piece, local_.size(), 0);

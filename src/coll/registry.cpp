@@ -67,6 +67,18 @@ bool hierarchical_allgather_preferred(std::size_t block_bytes, int p) {
   return block_bytes * static_cast<std::size_t>(p) >= kHierarchicalFromBytes;
 }
 
+// How many times more a flat ring in rank order sends through the busiest
+// host link than the hierarchical row: AllReduce's ring sends 2(p-1)/p of
+// the buffer along each edge that leaves a host, the hierarchical
+// 2(H-1)/H through each link; allgather's ring p - 1 blocks per edge, the
+// hierarchical L(H-1). (2 hosts x 2: 1.5; 8 hosts x 2: 1.07.)
+double hierarchical_link_gain(CollectiveKind kind, const Topology& t) {
+  const double p = t.size(), hosts = t.hosts(), per_host = t.local_size(0);
+  const double edges = t.ring_edges_leaving_a_host();
+  if (kind == K::allgather) return edges * (p - 1) / (per_host * (hosts - 1));
+  return edges * (2 * (p - 1) / p) / (2 * (hosts - 1) / hosts);
+}
+
 // ---- what a shared-memory row writes into its slot, for a call of
 // choice_bytes() `bytes` on p ranks (it runs while that fits CHORUS_SHM_BYTES)
 
@@ -367,7 +379,8 @@ AlgorithmChoice choose_algorithm(CollectiveKind kind, std::string_view forced, s
     for (const AlgorithmRow& r : rows_of(kind))
       if (fits_host(r) && r.preferred(bytes, p)) return {&r, 0, "host segment"};
   const bool hosts_share_work = topology != nullptr && topology->hosts() > 1 &&
-                                topology->uniform() && topology->local_size(0) > 1;
+                                topology->uniform() && topology->local_size(0) > 1 &&
+                                hierarchical_link_gain(kind, *topology) >= kHierarchicalMinLinkGain;
   if (row == nullptr && hosts_share_work)
     for (const AlgorithmRow& r : rows_of(kind))
       if (r.across_hosts && r.preferred(bytes, p)) return {&r, 0, "hosts"};

@@ -42,6 +42,13 @@ std::vector<int> Topology::peers_across_hosts(int local_rank) const {
   return peers;
 }
 
+int Topology::ring_edges_leaving_a_host() const {
+  std::vector<int> leaving(members_.size());
+  for (int r = 0; r < size(); ++r)
+    if (host_of(r) != host_of((r + 1) % size())) ++leaving[static_cast<std::size_t>(host_of(r))];
+  return *std::max_element(leaving.begin(), leaving.end());
+}
+
 std::string Topology::describe() const {
   std::string shape =
       uniform_ ? fmt::format("{} host{} x {} rank{}", hosts(), hosts() == 1 ? "" : "s",

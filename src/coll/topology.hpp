@@ -36,6 +36,10 @@ class Topology {
   bool uniform() const noexcept { return uniform_; }
   // The ranks with local rank `local_rank` on every host, by host (uniform only).
   std::vector<int> peers_across_hosts(int local_rank) const;
+  // The most edges of the flat ring (rank r to rank r + 1 mod p) that leave
+  // one host: how many times the busiest host link carries a flat ring's
+  // traffic (1 when each host's ranks are consecutive).
+  int ring_edges_leaving_a_host() const;
   const std::string& host_name(int host) const { return names_[static_cast<std::size_t>(host)]; }
   // "2 hosts x 2 ranks (lab0: 0-1, lab1: 2-3)", for the log.
   std::string describe() const;

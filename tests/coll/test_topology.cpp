@@ -93,6 +93,8 @@ TEST(Topology, SeveralHostsOfSeveralRanksChooseHierarchicalAndNoHostSegment) {
   const auto outcomes = testing::run_ranks(4, [](Communicator& comm) {
     auto& engine = CommunicatorAccess::engine(comm);
     require(engine.host == nullptr, "a host segment across two (given) hosts");
+    require(engine.choose(coll::CollectiveKind::allgather, "", 4 << 10).row->name == "hierarchical",
+            "allgather of 4 x 4 KiB");
     for (std::size_t bytes : {16 << 10, 64 << 20}) {
       const auto choice = engine.choose(coll::CollectiveKind::allreduce, "", bytes);
       require(choice.row->name == "hierarchical" && std::string(choice.reason) == "hosts",
@@ -149,13 +151,23 @@ TEST(Topology, HierarchicalPipelineOfManyPiecesIsBitIdenticalOnEveryRank) {
   }
 }
 
-TEST(Topology, OneRankPerHostOrUnequalHostsKeepTheFlatChoice) {
-  for (const char* text : {"4x1", "0,0,0,1"}) {
+TEST(Topology, TheFlatRingsLoadOnTheBusiestLinkIsCounted) {
+  EXPECT_EQ(parse_topology("2x2", 4).ring_edges_leaving_a_host(), 1);
+  EXPECT_EQ(parse_topology("0,1,0,1", 4).ring_edges_leaving_a_host(), 2);
+  EXPECT_EQ(parse_topology("0,0,1,1,0,0", 6).ring_edges_leaving_a_host(), 1);
+  EXPECT_EQ(parse_topology("1x3", 3).ring_edges_leaving_a_host(), 0);
+}
+
+TEST(Topology, OneRankPerHostUnequalHostsOrLittleToGainKeepTheFlatChoice) {
+  // 8 x 2: the hierarchical AllReduce would send 1.07x less than the ring
+  // through a link, its allgather 1.07x: below kHierarchicalMinLinkGain.
+  for (const char* text : {"4x1", "0,0,0,1", "8x2"}) {
+    const int p = std::string(text) == "8x2" ? 16 : 4;
     const ScopedTopology hosts(text);
-    const auto outcomes = testing::run_ranks(4, [&](Communicator& comm) {
+    const auto outcomes = testing::run_ranks(p, [&](Communicator& comm) {
       auto& engine = CommunicatorAccess::engine(comm);
-      const auto choice = engine.choose(coll::CollectiveKind::allreduce, "", 64 << 20);
-      require(choice.row->name != "hierarchical", text);
+      for (const auto kind : {coll::CollectiveKind::allreduce, coll::CollectiveKind::allgather})
+        require(engine.choose(kind, "", 64 << 20).row->name != "hierarchical", text);
     });
     for (const auto& o : outcomes) EXPECT_FALSE(o.failed) << text << ": " << o.message;
   }
