@@ -5,6 +5,7 @@
 #include "transport/ucx/state.hpp"
 
 #include "common/config.hpp"
+#include "common/host.hpp"
 #include "common/logging.hpp"
 
 #include <sys/uio.h>
@@ -100,6 +101,7 @@ ProcessIdentity this_process() {
   ::gethostname(id.host, sizeof id.host - 1);
   const ssize_t n = ::readlink("/proc/self/ns/pid", id.pid_namespace, sizeof id.pid_namespace - 1);
   if (n <= 0) id.pid_namespace[0] = '\0';  // unknown: never compared equal (below)
+  id.host_identity = host::identity();
   id.pid = static_cast<std::int32_t>(::getpid());
   return id;
 }
@@ -128,7 +130,8 @@ void send_indirect(UcxTransport::State& s, Pending* p, int peer, Tag tag, const 
   // which lives in the record until the ack (after the receiver read it).
   p->awaits_ack = true;
   p->descriptor = {kCmaMagic, reinterpret_cast<std::uintptr_t>(buf), bytes,
-                   ++s.next_cookie & kMaxTag, reinterpret_cast<std::uintptr_t>(&p->descriptor)};
+                   ++s.peers[static_cast<std::size_t>(peer)].next_cookie & kMaxTag,
+                   reinterpret_cast<std::uintptr_t>(&p->descriptor)};
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                        UCP_OP_ATTR_FLAG_NO_IMM_CMPL;

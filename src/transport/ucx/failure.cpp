@@ -20,7 +20,18 @@ void on_notice(void* ucx_request, ucs_status_t status, const ucp_tag_recv_info_t
   ucp_request_free(ucx_request);
   s.notice_request = nullptr;
   s.notice_posted = false;
-  if (status != UCS_OK || info == nullptr) return;  // cancelled at close
+  if (status == UCS_ERR_CANCELED) {  // cancelled at close: post no other
+    s.notice_closed = true;
+    return;
+  }
+  // Any other failure (a notice longer than kNoticeBytes from a confused or
+  // hostile peer, say) leaves the receive to be posted again by the next
+  // progress(), so that later notices are still heard.
+  if (status != UCS_OK || info == nullptr) {
+    log::warn("ucx: rank {} dropped an abort notice: {}", s.rank, ucs_status_string(status));
+    ++s.completions;
+    return;
+  }
   const auto sender = static_cast<int>(info->sender_tag & ((ucp_tag_t{1} << kRankShift) - 1));
   s.notices.emplace_back(sender, std::string(s.notice, std::min(info->length, s.kNoticeBytes)));
   ++s.completions;
@@ -36,7 +47,9 @@ void post_notice_receive(UcxTransport::State& s) {
   void* r = ucp_tag_recv_nbx(s.worker, s.notice, s.kNoticeBytes, kNoticeTag,
                              kNoticeSource << kRankShift, &param);
   if (UCS_PTR_IS_ERR(r)) {
-    s.notice_posted = false;  // no notices then; failures are still seen by keepalive
+    // Tried again at the next progress(); meanwhile failures are still seen
+    // by keepalive.
+    s.notice_posted = false;
   } else if (s.notice_posted) {
     s.notice_request = r;
   }  // else it completed inside the call: on_notice freed it

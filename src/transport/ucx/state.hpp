@@ -93,12 +93,16 @@ struct Pending {
   alignas(8) std::byte small[sizeof(CmaDescriptor)] = {};
 };
 
-// Where a process runs, as far as its pid means anything: the host name
-// and the pid namespace. Two ranks with the same identity can see each
-// other's pids.
+// Where a process runs, as far as its pid means anything: the host name,
+// the pid namespace, and host::identity() (which adds the boot id: the
+// initial pid namespace has the same id on every Linux machine, so two
+// machines given one host name would otherwise take each other for local,
+// checking liveness by pid and reading the wrong process's memory). Two
+// ranks with the same identity can see each other's pids.
 struct ProcessIdentity {
   char host[64] = {};
   char pid_namespace[48] = {};
+  std::uint64_t host_identity = 0;
   std::int32_t pid = 0;
   std::int32_t cma = 0;  // 1: it reads peers' memory (and may be read)
 };
@@ -143,11 +147,15 @@ struct UcxTransport::State {
     bool dead = false;
     std::string reason;
     int local_pid = 0;  // its pid when it shares this host and pid namespace, else 0
+    // The cookie of the next CMA send to it. Acks are matched by cookie, and
+    // UCX does not say which endpoint a message came from, so each peer's
+    // cookies start at a random point: a peer sees only its own and cannot
+    // guess another's to end that send early.
+    std::uint64_t next_cookie = 0;
   };
   std::vector<Peer> peers;
   bool cma = false;                 // this process reads peers' memory
   std::vector<bool> cma_with;       // ... and peer r's too (same host, both able)
-  std::uint64_t next_cookie = 0;    // of this rank's CMA sends
   std::vector<Pending*> to_read;    // CMA descriptors received, read after progress
   std::vector<std::unique_ptr<std::pair<State*, int>>> handler_args;
   std::size_t completions = 0;  // bumped by callbacks, read by progress()
@@ -164,6 +172,7 @@ struct UcxTransport::State {
   char notice[kNoticeBytes] = {};
   void* notice_request = nullptr;
   bool notice_posted = false;  // a notice receive is waiting (notice_request may lag)
+  bool notice_closed = false;  // cancelled at close: not to be posted again
   std::vector<std::pair<int, std::string>> notices;  // (rank, reason) not yet handled
   std::string abort_text;                            // what this rank sends when it aborts
 

@@ -5,6 +5,7 @@
 #include "transport/ucx/state.hpp"
 
 #include "common/logging.hpp"
+#include "common/secret.hpp"
 
 #include <fmt/format.h>
 #include <poll.h>
@@ -30,6 +31,10 @@ UcxTransport::UcxTransport(int rank, int size)
     throw Error(ErrorCode::unsupported,
                 fmt::format("the ucx transport takes at most {} ranks, not {}", kMaxUcxRanks, size));
   s.peers.resize(static_cast<std::size_t>(size));
+  for (auto& peer : s.peers) {
+    const auth::Nonce random = auth::random_nonce();
+    std::memcpy(&peer.next_cookie, random.data(), sizeof peer.next_cookie);
+  }
   s.cma = cross_memory_attach_usable();
   // Peer-failure detection within seconds, with shared memory kept usable.
   default_env("UCX_KEEPALIVE_INTERVAL", "250ms");
@@ -108,7 +113,8 @@ void UcxTransport::connect(std::span<const AddressBlob> addresses, Deadline) {
     std::memcpy(&id, blob.data(), sizeof id);
     id.host[sizeof id.host - 1] = id.pid_namespace[sizeof id.pid_namespace - 1] = '\0';
     if (r != rank() && me.pid_namespace[0] != '\0' && std::strcmp(id.host, me.host) == 0 &&
-        std::strcmp(id.pid_namespace, me.pid_namespace) == 0 && id.pid > 0) {
+        std::strcmp(id.pid_namespace, me.pid_namespace) == 0 &&
+        id.host_identity == me.host_identity && id.pid > 0) {
       s.peers[static_cast<std::size_t>(r)].local_pid = id.pid;
       s.cma_with[static_cast<std::size_t>(r)] = s.cma && id.cma == 1;
     }
@@ -218,7 +224,7 @@ bool UcxTransport::progress() {
   const std::size_t before = s.completions;
   const unsigned n = ucp_worker_progress(s.worker);
   if (!s.to_read.empty()) read_indirect(s);
-  if (!s.notices.empty()) handle_notices(s);
+  if (!s.notices.empty() || (!s.notice_posted && !s.notice_closed)) handle_notices(s);
   return n > 0 || s.completions != before;
 }
 
