@@ -80,13 +80,32 @@ void TcpTransport::accept_strays() {
 }
 
 void TcpTransport::update_interest(Peer& peer) {
-  const bool want = !peer.sendq.empty();
-  if (want == peer.writing || peer.dead) return;
+  const std::uint32_t want =
+      (peer.reading_paused ? 0u : std::uint32_t{EPOLLIN}) | (peer.sendq.empty() ? 0u : std::uint32_t{EPOLLOUT});
+  if (want == peer.events || peer.dead || !peer.fd) return;
   epoll_event ev{};
-  ev.events = want ? (EPOLLIN | EPOLLOUT) : EPOLLIN;
+  ev.events = want;  // EPOLLHUP and EPOLLERR are reported whatever is asked
   ev.data.u64 = static_cast<std::uint64_t>(peer.rank);
   epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, peer.fd.get(), &ev);
-  peer.writing = want;
+  peer.events = want;
+}
+
+void TcpTransport::pause_reading(Peer& peer) {
+  peer.reading_paused = true;
+  if (!peer.said_paused)
+    log::warn("tcp: rank {} stops reading from {} for now: it has sent {} bytes of messages no "
+              "receive has asked for yet (CHORUS_SOCKET_UNEXPECTED_BYTES = {}); reading resumes "
+              "as receives take them",
+              rank(), peer.where, peer.unexpected_bytes, max_unexpected_);
+  peer.said_paused = true;
+  update_interest(peer);
+}
+
+bool TcpTransport::resume_reading(Peer& peer) {
+  if (!peer.reading_paused || peer.unexpected_bytes > max_unexpected_ / 2) return false;
+  peer.reading_paused = false;
+  update_interest(peer);
+  return read_from(peer);  // what is staged already: epoll will not report it
 }
 
 bool TcpTransport::write_to(Peer& peer) {
@@ -156,7 +175,12 @@ bool TcpTransport::read_from(Peer& peer) {
   // system call that says EAGAIN. epoll reports the socket again when more
   // arrives (level-triggered).
   bool drained = false;
+  if (peer.staging.empty()) peer.staging.resize(kStagingBytes);
   while (!peer.dead) {
+    if (!peer.in_payload && peer.unexpected_bytes > max_unexpected_) {
+      pause_reading(peer);
+      return moved;
+    }
     if (peer.in_payload) {
       // Take what is staged first, then read the rest straight into place.
       const std::size_t from_staging = std::min(peer.remaining, peer.staged());

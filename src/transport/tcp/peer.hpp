@@ -43,17 +43,26 @@ struct Unexpected {
   RequestPtr self_send;
 };
 
+// What an unexpected message costs the receiver until a receive takes it.
+inline std::size_t unexpected_cost(const Unexpected& u) { return sizeof u + u.data.size(); }
+
 struct TcpTransport::Peer {
   int rank = -1;
   std::string where;  // "rank 3 (10.0.0.7:41234)"
   net::Fd fd;
   bool dead = false;
   std::string dead_reason;
-  bool writing = false;  // EPOLLOUT registered
+  std::uint32_t events = 0;  // what epoll watches for it (EPOLLIN, EPOLLOUT)
 
   std::deque<OutFrame> sendq;
   std::deque<PostedReceive> posted;
   std::list<Unexpected> unexpected;
+  // What `unexpected` holds (entries and eager data). Over the transport's
+  // limit, the connection is not read until receives take some: TCP's own
+  // flow control then stops the sender (back-pressure, not failure).
+  std::size_t unexpected_bytes = 0;
+  bool reading_paused = false;
+  bool said_paused = false;  // logged once per peer
   struct PendingSend {
     RequestPtr request;
     const std::byte* buf;
@@ -66,8 +75,10 @@ struct TcpTransport::Peer {
   };
   std::unordered_map<std::uint64_t, PendingReceive> rndv_recvs;  // CTS sent, awaiting DATA
 
-  // Reading: bytes land in `staging`, or straight in a posted buffer.
-  std::vector<std::byte> staging = std::vector<std::byte>(kStagingBytes);
+  // Reading: bytes land in `staging`, or straight in a posted buffer. It is
+  // allocated at the first read, so that ranks that never hear from most
+  // peers do not pay kStagingBytes for each.
+  std::vector<std::byte> staging;
   std::size_t staged_begin = 0, staged_end = 0;
   bool in_payload = false;
   tcp::FrameHeader current{};

@@ -31,6 +31,7 @@ void TcpTransport::on_payload(Peer& peer) {
       u->ready = true;
       if (u->claimed) {
         deliver(*u->claimed, rank(), u->data.data(), u->length);
+        peer.unexpected_bytes -= unexpected_cost(*u);
         peer.unexpected.remove_if([&](const Unexpected& x) { return &x == u; });
       }
       break;
@@ -74,6 +75,7 @@ void TcpTransport::on_header(Peer& peer) {
       } else {
         Unexpected u{h.tag, h.length};
         u.data.resize(h.length);
+        peer.unexpected_bytes += unexpected_cost(u);
         peer.unexpected.push_back(std::move(u));
         peer.sink_unexpected = &peer.unexpected.back();
         start_payload(Peer::Sink::unexpected, peer.sink_unexpected->data.data());
@@ -98,6 +100,7 @@ void TcpTransport::on_header(Peer& peer) {
       } else {
         Unexpected u{h.tag, h.length, true, h.id};
         u.ready = true;
+        peer.unexpected_bytes += unexpected_cost(u);
         peer.unexpected.push_back(std::move(u));
       }
       write_to(peer);
