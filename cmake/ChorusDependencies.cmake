@@ -4,6 +4,7 @@
 find_package(Threads REQUIRED)
 find_package(fmt REQUIRED)       # libfmt-dev: formatting for log lines and errors
 find_package(PkgConfig REQUIRED) # pkg-config: how UCX publishes itself
+find_package(OpenSSL REQUIRED COMPONENTS Crypto) # libssl-dev: HMAC-SHA256 for the job secret
 
 # Optional transports and bootstraps: ON when found, with a message either way.
 # Forcing one ON that cannot be found is an error, never a silent downgrade.

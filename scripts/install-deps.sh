@@ -7,6 +7,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config git      # toolchain (g++ 12, CMake 3.25)
   libfmt-dev                                # log and error formatting
+  libssl-dev                                # HMAC-SHA256: the job secret (libcrypto)
   libucx-dev ucx-utils                      # UCX transport, ucx_perftest baseline
   libopenmpi-dev openmpi-bin                # MPI bootstrap, PMPI library, MPI baseline
   libgtest-dev libgmock-dev                 # tests

@@ -1,6 +1,7 @@
 #include "local_launch.hpp"
 
 #include "bootstrap/tcp_store.hpp"
+#include "common/secret.hpp"
 
 #include <fmt/format.h>
 #include <signal.h>
@@ -22,7 +23,10 @@ void on_interrupt(int) { g_interrupted = 1; }
 }  // namespace
 
 int launch_local(const std::vector<std::string>& argv, int ranks) {
-  bootstrap::StoreServer server("127.0.0.1", 0);
+  // The children prove this secret to the store and to each other, so that
+  // nothing else on the machine can join them.
+  const std::string secret = auth::generate_secret_text();
+  bootstrap::StoreServer server("127.0.0.1", 0, auth::Secret(secret));
   struct sigaction action {};
   action.sa_handler = on_interrupt;
   sigaction(SIGINT, &action, nullptr);
@@ -43,6 +47,8 @@ int launch_local(const std::vector<std::string>& argv, int ranks) {
       setenv("CHORUS_RANK", std::to_string(r).c_str(), 1);
       setenv("CHORUS_SIZE", std::to_string(ranks).c_str(), 1);
       setenv("CHORUS_STORE", server.url().c_str(), 1);
+      setenv("CHORUS_SECRET", secret.c_str(), 1);
+      unsetenv("CHORUS_SECRET_FILE");
       setenv("CHORUS_SOCKET_ADDR", "127.0.0.1", 0);  // one machine: loopback unless told otherwise
       std::vector<char*> args;
       for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));

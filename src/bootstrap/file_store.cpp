@@ -28,12 +28,23 @@ std::optional<Bytes> read_file(const std::string& path) {
 void write_atomically(const std::string& path, std::span<const std::byte> value) {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   const std::string tmp = fmt::format("{}.tmp.{}.{:x}", path, getpid(), rng());
+  auto failed = [&](const char* what) {
+    const int error = errno;
+    ::unlink(tmp.c_str());
+    return Error(ErrorCode::transport_error,
+                 fmt::format("file store: cannot {} {}: {}", what, tmp, net::errno_text(error)));
+  };
   {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(value.data()),
-              static_cast<std::streamsize>(value.size()));
-    if (!out)
-      throw Error(ErrorCode::transport_error, fmt::format("file store: cannot write {}", tmp));
+    net::Fd out(::open(tmp.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600));
+    if (!out) throw failed("create");
+    std::size_t done = 0;
+    while (done < value.size()) {
+      const ssize_t n = ::write(out.get(), value.data() + done, value.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) throw failed("write");
+      done += static_cast<std::size_t>(n);
+    }
+    if (::close(out.release()) != 0) throw failed("close");
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0)
     throw Error(ErrorCode::transport_error,
@@ -46,9 +57,32 @@ FileStore::FileStore(std::string directory) : directory_(std::move(directory)) {
   if (directory_.empty() || directory_.front() != '/')
     throw Error(ErrorCode::invalid_argument,
                 "CHORUS_STORE=file://" + directory_ + ": the path must be absolute (file:///dir)");
-  if (::mkdir(directory_.c_str(), 0777) != 0 && errno != EEXIST)
+  if (::mkdir(directory_.c_str(), 0700) != 0 && errno != EEXIST)
     throw Error(ErrorCode::invalid_argument, fmt::format("file store: cannot create {}: {}",
                                                          directory_, net::errno_text(errno)));
+  // Whoever can write this directory can plant a rank's address in it, and
+  // whoever can read it learns the addresses: it must be ours and closed to
+  // everyone else. A directory someone else made first (a predictable name
+  // in /tmp) is refused, not used.
+  struct stat st {};
+  if (::lstat(directory_.c_str(), &st) != 0)
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("file store: {}: {}", directory_, net::errno_text(errno)));
+  if (!S_ISDIR(st.st_mode))
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("file store: {} is not a directory (a symbolic link or a file is "
+                            "refused)",
+                            directory_));
+  if (st.st_uid != ::geteuid())
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("file store: {} belongs to uid {}, not to this user ({}): someone "
+                            "else made it, so it is not used; choose another directory",
+                            directory_, st.st_uid, ::geteuid()));
+  if (st.st_mode & (S_IRWXG | S_IRWXO))
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("file store: {} has mode {:o}: group or others may use it; "
+                            "chmod 700 it (or let Chorus create it)",
+                            directory_, st.st_mode & 0777));
 }
 
 // Keys may hold any byte; file names get [A-Za-z0-9._-] and %XX for the rest.
@@ -97,14 +131,16 @@ std::vector<Bytes> FileStore::get(std::span<const std::string> keys, Deadline de
 
 std::int64_t FileStore::add(const std::string& key, std::int64_t delta, Deadline) {
   const std::string path = path_of(key);
-  net::Fd lock(::open((path + ".lock").c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0666));
+  net::Fd lock(::open((path + ".lock").c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600));
   if (!lock || ::flock(lock.get(), LOCK_EX) != 0)
     throw Error(ErrorCode::transport_error,
                 fmt::format("file store: cannot lock {}.lock: {}", path, net::errno_text(errno)));
   std::int64_t value = 0;
   if (auto old = read_file(path); old && old->size() == sizeof value)
     std::memcpy(&value, old->data(), sizeof value);
-  value += delta;
+  if (__builtin_add_overflow(value, delta, &value))
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("file store: add({}, {}): the counter would overflow", key, delta));
   write_atomically(path, std::as_bytes(std::span(&value, 1)));
   return value;  // the lock goes with the fd
 }

@@ -116,16 +116,25 @@ LaunchInfo launch_info_from_env() {
   });
 }
 
+double checked_timeout(double seconds, std::string_view what) {
+  if (!(seconds > 0) || !(seconds <= transport::kMaxTimeoutSeconds))
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("{} = {} s: a timeout must be a number of seconds above 0 and at most "
+                            "{:g} (about 116 days)",
+                            what, seconds, transport::kMaxTimeoutSeconds));
+  return seconds;
+}
+
 double timeout_seconds() {
   static const double seconds = [] {
     const char* env = config::raw(config::Variable::timeout);
     if (env == nullptr || *env == '\0') return 300.0;
     char* end = nullptr;
     const double v = std::strtod(env, &end);
-    if (*end != '\0' || !(v > 0))
+    if (*end != '\0' || end == env)
       throw Error(ErrorCode::invalid_argument,
                   fmt::format("CHORUS_TIMEOUT='{}' is not a positive number of seconds", env));
-    return v;
+    return checked_timeout(v, fmt::format("CHORUS_TIMEOUT='{}'", env));
   }();
   return seconds;
 }
@@ -192,9 +201,12 @@ BlobAllgather store_allgather(Store& store, const std::string& key_prefix, int r
     try {
       return store.get(keys, deadline);
     } catch (const StoreTimeout& e) {
+      // At most 16 named: a job of thousands would otherwise print pages.
       std::string ranks;
-      for (const auto& k : e.missing())
-        ranks += (ranks.empty() ? "" : ", ") + k.substr(k.rfind('/') + 1);
+      const auto& missing = e.missing();
+      for (std::size_t i = 0; i < missing.size() && i < 16; ++i)
+        ranks += (i ? ", " : "") + missing[i].substr(missing[i].rfind('/') + 1);
+      if (missing.size() > 16) ranks += fmt::format(" and {} more", missing.size() - 16);
       throw Error(ErrorCode::timeout,
                   fmt::format("rank {}: ranks {} of {} never arrived at the store {} (waited "
                               "until the deadline; CHORUS_TIMEOUT sets it)",

@@ -39,6 +39,9 @@ LaunchInfo launch_info_from_env();
 
 // CHORUS_TIMEOUT in seconds (default 300): the deadline of every wait.
 double timeout_seconds();
+// `seconds` when it is a number in (0, transport::kMaxTimeoutSeconds], else
+// an invalid_argument Error naming `what` (inf, NaN, 1e300 and 0 all are).
+double checked_timeout(double seconds, std::string_view what);
 
 enum class TransportKind { automatic, ucx, tcp, local };
 // CHORUS_TRANSPORT=auto|ucx|tcp|local (default auto). `local` means ranks

@@ -28,6 +28,7 @@ void Store::barrier(const std::string& name, int count, Deadline deadline) {
 std::unique_ptr<Store> open_store(const std::string& url, bool serve, Deadline deadline) {
   if (url.rfind("file://", 0) == 0) return std::make_unique<FileStore>(url.substr(7));
   if (url.rfind("tcp://", 0) == 0) {
+    StoreAccess access = StoreAccess::from_env();
     auto [host, port] = net::split_host_port(url.substr(6), "CHORUS_STORE");
     std::unique_ptr<StoreServer> server;
     if (serve) {
@@ -39,10 +40,10 @@ std::unique_ptr<Store> open_store(const std::string& url, bool serve, Deadline d
                 "know its port; give one (or run chorus_store_server and point them to it)");
       // Serve unless a store already listens there (chorus_store_server):
       // then rank 0 is a client like the others.
-      server = StoreServer::serve_if_free(host, port);
+      server = StoreServer::serve_if_free(host, port, access.secret);
       if (!server) log::info("store: {} is already served; rank 0 connects as a client", url);
     }
-    return std::make_unique<TcpStore>(host, port, deadline, std::move(server));
+    return std::make_unique<TcpStore>(host, port, deadline, std::move(access), std::move(server));
   }
   throw Error(ErrorCode::invalid_argument,
               "CHORUS_STORE='" + url + "': expected tcp://host:port or file:///directory");

@@ -7,6 +7,7 @@
 // tests/unit/test_config.cpp keeps the two equal.
 #pragma once
 
+#include <cstddef>
 #include <optional>
 #include <span>
 #include <string>
@@ -18,9 +19,12 @@ enum class Variable {
   algo,
   check,
   debug,
+  job_id,
   mpi_min_bytes,
   mpi_verbose,
   rank,
+  secret,
+  secret_file,
   shm,
   shm_bytes,
   simd,
@@ -28,8 +32,12 @@ enum class Variable {
   socket_addr,
   socket_buffer,
   socket_ifname,
+  socket_unexpected_bytes,
   spin_us,
   store,
+  store_max_bytes,
+  store_max_clients,
+  store_max_value,
   timeout,
   topology,
   transport,
@@ -52,5 +60,13 @@ std::string_view name(Variable variable) noexcept;
 std::optional<std::string> get(Variable variable);
 // As getenv returns it: null when unset.
 const char* raw(Variable variable);
+
+// A byte count: digits with an optional K, M or G (powers of 1024), within
+// [min, max]; `fallback` when the variable is unset. Anything else, or a
+// count that does not fit, is an invalid_argument Error naming the variable.
+std::size_t byte_count(Variable variable, std::size_t fallback, std::size_t min, std::size_t max);
+// The same for text (`what` names it in the error).
+std::size_t parse_byte_count(std::string_view text, std::string_view what, std::size_t min,
+                             std::size_t max);
 
 }  // namespace chorus::config

@@ -30,6 +30,8 @@ class Fd {
   int get() const noexcept { return fd_; }
   explicit operator bool() const noexcept { return fd_ >= 0; }
   void reset(int fd = -1) noexcept;
+  // Gives up ownership: the caller closes it.
+  int release() noexcept { return std::exchange(fd_, -1); }
 
  private:
   int fd_ = -1;

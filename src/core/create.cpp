@@ -29,7 +29,9 @@ Communicator Communicator::from_env(const Options& options) {
 Communicator Communicator::connect(int rank, int size, const std::string& store_url,
                                    const Options& options) {
   check_rank(rank, size);
-  const double timeout = options.timeout ? options.timeout->count() : bootstrap::timeout_seconds();
+  const double timeout = options.timeout
+                             ? bootstrap::checked_timeout(options.timeout->count(), "Options::timeout")
+                             : bootstrap::timeout_seconds();
   const auto deadline = transport::deadline_after(timeout);
   const auto kind = options.transport.empty()
                         ? bootstrap::transport_kind_from_env()
@@ -82,7 +84,9 @@ Communicator Communicator::connect(int rank, int size, const Allgather& allgathe
                                    const Options& options) {
   check_rank(rank, size);
   if (!allgather) throw Error(ErrorCode::invalid_argument, "connect: the all-gather is empty");
-  const double timeout = options.timeout ? options.timeout->count() : bootstrap::timeout_seconds();
+  const double timeout = options.timeout
+                             ? bootstrap::checked_timeout(options.timeout->count(), "Options::timeout")
+                             : bootstrap::timeout_seconds();
   const auto kind = options.transport.empty()
                         ? bootstrap::transport_kind_from_env()
                         : bootstrap::parse_transport_kind(options.transport, "Options::transport");

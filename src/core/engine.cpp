@@ -117,7 +117,9 @@ Communicator::Impl::Impl(std::unique_ptr<transport::Transport> t,
                          std::unique_ptr<bootstrap::Store> s, const Options& given,
                          const coll::CostModel* inherited, bool split)
     : store(std::move(s)), transport(std::move(t)), options(given) {
-  timeout_seconds = options.timeout ? options.timeout->count() : bootstrap::timeout_seconds();
+  timeout_seconds = options.timeout
+                        ? bootstrap::checked_timeout(options.timeout->count(), "Options::timeout")
+                        : bootstrap::timeout_seconds();
   if (!(timeout_seconds > 0))
     throw Error(ErrorCode::invalid_argument,
                 fmt::format("timeout {} s: must be positive", timeout_seconds));

@@ -1,8 +1,10 @@
 #include "mpi/pmpi_interposer.hpp"
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 namespace chorus::pmpi {
@@ -43,14 +45,17 @@ std::size_t min_bytes_from_env() {
   const char* env = std::getenv("CHORUS_MPI_MIN_BYTES");
   if (env == nullptr || *env == '\0') return kDefaultMinBytes;
   char* end = nullptr;
+  errno = 0;
   const unsigned long long value = std::strtoull(env, &end, 10);
   std::size_t scale = 1;
   if (*end == 'K' || *end == 'k') scale = 1024, ++end;
   else if (*end == 'M' || *end == 'm') scale = 1024 * 1024, ++end;
   else if (*end == 'G' || *end == 'g') scale = std::size_t{1} << 30, ++end;
-  if (end == env || *end != '\0' || env[0] == '-') {
+  const bool fits = value <= std::numeric_limits<std::size_t>::max() / scale;
+  if (end == env || *end != '\0' || env[0] == '-' || !fits || errno == ERANGE) {
     std::fprintf(stderr,
-                 "chorus_pmpi: CHORUS_MPI_MIN_BYTES='%s' is not a byte count (like 65536 or 64K); "
+                 "chorus_pmpi: CHORUS_MPI_MIN_BYTES='%s' is not a byte count that fits (like 65536 or "
+                 "64K); "
                  "using %zu\n",
                  env, kDefaultMinBytes);
     return kDefaultMinBytes;

@@ -1,4 +1,6 @@
 #include "transport/transport.hpp"
+
+#include <algorithm>
 #include "common/config.hpp"
 
 #include "common/logging.hpp"
@@ -84,6 +86,7 @@ std::chrono::microseconds spin_before_sleep() {
 }
 
 Deadline deadline_after(double seconds) {
+  seconds = seconds > 0 ? std::min(seconds, kMaxTimeoutSeconds) : 0.0;
   return Clock::now() +
          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }

@@ -158,6 +158,11 @@ std::string truncation_message(int receiver, int sender, Tag tag, std::size_t se
 std::chrono::microseconds spin_before_sleep();
 
 // A deadline `seconds` from now (CHORUS_TIMEOUT's default when absent).
+// The longest wait Chorus accepts (CHORUS_TIMEOUT, Options::timeout): about
+// 116 days, far from where the clock's arithmetic would overflow.
+inline constexpr double kMaxTimeoutSeconds = 1e7;
+// Now + `seconds`, clamped to [0, kMaxTimeoutSeconds] (NaN counts as 0):
+// callers check what users give them; this only keeps the arithmetic defined.
 Deadline deadline_after(double seconds);
 
 }  // namespace chorus::transport

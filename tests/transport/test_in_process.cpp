@@ -3,6 +3,7 @@
 #include "common/socket.hpp"
 #include "conformance.hpp"
 #include "transport/local/local_transport.hpp"
+#include "transport/tcp/frames.hpp"
 #include "transport/tcp/tcp_transport.hpp"
 
 #include <gtest/gtest.h>
@@ -241,6 +242,133 @@ TEST(TcpHandshake, ARankOfAnotherJobIsToldSoAndFailsAtOnce) {
   EXPECT_NE(one_error.find("belongs to another job"), std::string::npos) << one_error;
   EXPECT_LT(one_seconds, 30) << "rank 1 waited for its deadline";
   EXPECT_NE(zero_error.find("no TCP connection with rank 1"), std::string::npos) << zero_error;
+}
+
+// Finding 1 of issue 19: a process that knew a rank's port (and every
+// address, from an open store) joined a 3-rank job as rank 2 and received
+// rank 0's data. Now the link key includes the job secret and each side must
+// prove it holds the key: the impostor learns the job's fingerprint from a
+// first refusal, comes back with it, and is still refused; the real rank 2
+// then joins and rank 0 hears from it.
+TEST(TcpHandshake, AnImpostorThatKnowsEveryAddressButNotTheSecretIsRefused) {
+  transport::TcpTransport::Options options;
+  options.secret = auth::Secret("the job's secret");
+  transport::TcpTransport zero(0, 3, options), one(1, 3, options), two(2, 3, options);
+  const transport::AddressBlob all[] = {zero.address(), one.address(), two.address()};
+  std::string zero_error, one_error;
+  std::thread t0([&] {
+    try {
+      zero.connect(all, transport::deadline_after(30));
+    } catch (const Error& e) {
+      zero_error = e.what();
+    }
+  });
+  std::thread t1([&] {
+    try {
+      one.connect(all, transport::deadline_after(30));
+    } catch (const Error& e) {
+      one_error = e.what();
+    }
+  });
+
+  const net::SocketAddress rank0 = transport::tcp::decode_address(all[0], 0);
+  auto impostor_hello = [&](std::uint64_t job) {
+    net::Fd fd(::socket(rank0.family(), SOCK_STREAM | SOCK_CLOEXEC, 0));
+    timeval five{5, 0};
+    setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &five, sizeof five);
+    EXPECT_EQ(::connect(fd.get(), rank0.get(), rank0.length), 0);
+    const auto hello = transport::tcp::make_hello(job, 2, 0, auth::random_nonce());
+    EXPECT_EQ(::send(fd.get(), &hello, sizeof hello, MSG_NOSIGNAL), ssize_t{sizeof hello});
+    return std::pair{std::move(fd), hello};
+  };
+  auto receive_hello = [](const net::Fd& fd) -> std::optional<transport::tcp::Hello> {
+    std::byte bytes[sizeof(transport::tcp::Hello)];
+    std::size_t got = 0;
+    while (got < sizeof bytes) {
+      const ssize_t n = ::recv(fd.get(), bytes + got, sizeof bytes - got, 0);
+      if (n <= 0) return std::nullopt;
+      got += static_cast<std::size_t>(n);
+    }
+    return transport::tcp::decode_hello(bytes);
+  };
+
+  // A wrong guess: refused, and told the job's fingerprint.
+  auto [first, first_hello] = impostor_hello(12345);
+  const auto told = receive_hello(first);
+  ASSERT_TRUE(told) << "a Chorus-speaking stranger of another job is told so";
+  // Back with the fingerprint, and a proof made with what an open store
+  // would have shown it: every address, but not the secret.
+  auto [second, second_hello] = impostor_hello(told->job);
+  const auto challenge = receive_hello(second);
+  ASSERT_TRUE(challenge);
+  const auth::Secret guessed_key = transport::tcp::link_key(all, std::nullopt);
+  const auth::Digest forged =
+      transport::tcp::link_proof(guessed_key, false, second_hello, *challenge);
+  ::send(second.get(), forged.data(), forged.size(), MSG_NOSIGNAL);
+  std::byte anything[64];
+  EXPECT_EQ(::recv(second.get(), anything, sizeof anything, 0), 0)
+      << "rank 0 sent the impostor something instead of closing the connection";
+
+  // The real rank 2 joins, and rank 0 hears from it.
+  two.connect(all, transport::deadline_after(30));
+  t0.join();
+  t1.join();
+  EXPECT_EQ(zero_error, "");
+  EXPECT_EQ(one_error, "");
+  std::uint32_t from_two = 0, sent = 0xC0FFEE;
+  auto r = zero.irecv(2, 7, &from_two, sizeof from_two);
+  two.wait(*two.isend(0, 7, &sent, sizeof sent), transport::deadline_after(10));
+  zero.wait(*r, transport::deadline_after(10));
+  EXPECT_EQ(from_two, 0xC0FFEEu);
+}
+
+// Finding 4 of issue 19: a peer sending 4000 eager 64 KiB messages nobody
+// asked for grew a rank from 13 MB to 270 MB. Now the rank stops reading
+// that peer at CHORUS_SOCKET_UNEXPECTED_BYTES (4 MiB here) and TCP's flow
+// control holds the sender; once receives are posted, every message
+// arrives, intact and in order (back-pressure, not failure).
+TEST(TcpLimits, AFloodOfUnexpectedMessagesIsThrottledThenDelivered) {
+  setenv("CHORUS_SOCKET_UNEXPECTED_BYTES", "4M", 1);
+  transport::TcpTransport zero(0, 2), one(1, 2);
+  unsetenv("CHORUS_SOCKET_UNEXPECTED_BYTES");
+  const transport::AddressBlob all[] = {zero.address(), one.address()};
+  std::thread t([&] { one.connect(all, transport::deadline_after(30)); });
+  zero.connect(all, transport::deadline_after(30));
+  t.join();
+
+  constexpr int kMessages = 4000;
+  constexpr std::size_t kBytes = 64 * 1024;
+  std::vector<std::uint32_t> payload(kBytes / 4);
+  for (std::size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<std::uint32_t>(i * 7);
+  std::thread flood([&] {
+    std::vector<transport::RequestPtr> sends;
+    for (int i = 0; i < kMessages; ++i) {
+      sends.push_back(one.isend(0, static_cast<transport::Tag>(i), payload.data(), kBytes));
+    }
+    for (auto& s : sends) one.wait(*s, transport::deadline_after(60));
+  });
+  // Let the flood arrive for a while, receiving nothing.
+  std::size_t most = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+  while (std::chrono::steady_clock::now() < until) {
+    zero.progress();
+    most = std::max(most, zero.unexpected_bytes(1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  // At most the limit, one staging buffer's worth of frames past it, and one
+  // message being read.
+  EXPECT_LE(most, (4u << 20) + 256 * 1024 + 2 * kBytes) << "the unexpected queue was not bounded";
+  EXPECT_GE(most, 4u << 20) << "the flood did not reach the limit";
+
+  std::vector<std::uint32_t> got(kBytes / 4);
+  for (int i = 0; i < kMessages; ++i) {
+    std::fill(got.begin(), got.end(), 0u);
+    zero.wait(*zero.irecv(1, static_cast<transport::Tag>(i), got.data(), kBytes),
+              transport::deadline_after(60));
+    ASSERT_EQ(got, payload) << "message " << i;
+  }
+  flood.join();
+  EXPECT_EQ(zero.unexpected_bytes(1), 0u);
 }
 
 }  // namespace

@@ -41,9 +41,37 @@ std::string check_header(const FrameHeader& h) {
   return "";
 }
 
-Hello make_hello(std::uint64_t job, int from, int to) {
-  return Hello{kHelloMagic, kVersion, {}, job, static_cast<std::uint32_t>(from),
-               static_cast<std::uint32_t>(to)};
+Hello make_hello(std::uint64_t job, int from, int to, const auth::Nonce& nonce,
+                 const auth::Digest& proof) {
+  return Hello{kHelloMagic,
+               kVersion,
+               {},
+               job,
+               static_cast<std::uint32_t>(from),
+               static_cast<std::uint32_t>(to),
+               nonce,
+               proof};
+}
+
+auth::Secret link_key(std::span<const AddressBlob> blobs, const std::optional<auth::Secret>& secret) {
+  std::string material = "chorus tcp links";
+  for (const auto& b : blobs) {
+    const auto n = static_cast<std::uint64_t>(b.size());
+    material.append(reinterpret_cast<const char*>(&n), sizeof n);
+    material.append(reinterpret_cast<const char*>(b.data()), b.size());
+  }
+  if (secret) {
+    const auth::Digest d = secret->mac("chorus tcp links", {});
+    material.append(reinterpret_cast<const char*>(d.data()), d.size());
+  }
+  return auth::Secret(material);
+}
+
+auth::Digest link_proof(const auth::Secret& key, bool accepting, const Hello& connector,
+                        const Hello& acceptor) {
+  return key.mac(accepting ? "chorus tcp accept" : "chorus tcp connect",
+                 {connector.nonce, acceptor.nonce, auth::bytes_of(connector.from),
+                  auth::bytes_of(connector.to)});
 }
 
 Hello decode_hello(std::span<const std::byte> bytes) {
@@ -55,6 +83,8 @@ Hello decode_hello(std::span<const std::byte> bytes) {
   h.job = in.get<std::uint64_t>();
   h.from = in.get<std::uint32_t>();
   h.to = in.get<std::uint32_t>();
+  for (auto& b : h.nonce) b = static_cast<std::byte>(in.get<std::uint8_t>());
+  for (auto& b : h.proof) b = static_cast<std::byte>(in.get<std::uint8_t>());
   return h;
 }
 
@@ -117,15 +147,6 @@ net::SocketAddress decode_address(const AddressBlob& blob, int rank) {
   }
   a.set_port(port);
   return a;
-}
-
-std::uint64_t job_id(std::span<const AddressBlob> blobs) {
-  std::uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (const auto& b : blobs) {
-    for (std::byte x : b) h = (h ^ static_cast<std::uint8_t>(x)) * 1099511628211ull;
-    h = (h ^ 0xFF) * 1099511628211ull;  // separates blobs
-  }
-  return h;
 }
 
 }  // namespace chorus::transport::tcp

@@ -4,11 +4,13 @@
 // used; a short or malformed header is an Error, never an overread.
 #pragma once
 
+#include "common/secret.hpp"
 #include "common/socket.hpp"
 #include "transport/transport.hpp"
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -39,19 +41,40 @@ FrameHeader decode_header(std::span<const std::byte> bytes);
 // Why a header cannot be used (magic, version, tag range), or "".
 std::string check_header(const FrameHeader& header);
 
-// ---- the handshake: each side of a new connection sends one Hello
+// ---- the handshake: a challenge-response over the link key
+//
+// The connecting rank sends a Hello with its nonce; the accepting rank
+// answers with a Hello carrying its own nonce and its proof (an HMAC with
+// the link key over both nonces and both ranks); the connecting rank checks
+// it and sends its own proof (kProofBytes). Only then does the accepting
+// rank take the connection as that rank's. The key never travels, and
+// `job` is the key's fingerprint, which proves nothing: it lets two ranks
+// of different jobs tell each other so at once.
 
 struct Hello {
   std::uint32_t magic;
   std::uint8_t version;
   std::uint8_t reserved[3];
-  std::uint64_t job;   // a hash of every rank's address blob (job_id)
+  std::uint64_t job;   // the link key's fingerprint
   std::uint32_t from;  // the sender's rank
   std::uint32_t to;    // the rank it means to reach
+  auth::Nonce nonce;   // the sender's challenge
+  auth::Digest proof;  // the accepting rank's answer (zeros from the connecting one)
 };
-static_assert(sizeof(Hello) == 24);
+static_assert(sizeof(Hello) == 88);
+inline constexpr std::size_t kProofBytes = sizeof(auth::Digest);
 
-Hello make_hello(std::uint64_t job, int from, int to);
+// The key of every link of a job: derived from every rank's address blob
+// (each carries a random nonce, so the key is as private as the channel
+// that carried the blobs: an authenticated store, MPI, ...) and from the
+// job secret when there is one.
+auth::Secret link_key(std::span<const AddressBlob> blobs, const std::optional<auth::Secret>& secret);
+// The proof of the accepting side (`accepting` = true) or the connecting side.
+auth::Digest link_proof(const auth::Secret& key, bool accepting, const Hello& connector,
+                        const Hello& acceptor);
+
+Hello make_hello(std::uint64_t job, int from, int to, const auth::Nonce& nonce,
+                 const auth::Digest& proof = {});
 // Decodes a Hello from exactly sizeof(Hello) bytes.
 Hello decode_hello(std::span<const std::byte> bytes);
 // Why a handshake is not acceptable to rank `expect_to` of `size` in job
@@ -66,7 +89,5 @@ bool speaks_chorus(const Hello& hello);
 AddressBlob encode_address(const net::SocketAddress& address, std::uint64_t nonce);
 // Throws Error(invalid_argument) naming `rank` for a blob that is not one.
 net::SocketAddress decode_address(const AddressBlob& blob, int rank);
-// The job's identity: a hash of every rank's blob, in rank order.
-std::uint64_t job_id(std::span<const AddressBlob> blobs);
 
 }  // namespace chorus::transport::tcp

@@ -4,6 +4,7 @@
 // frames.cpp's, interface choice address.cpp's.
 #include "transport/tcp/tcp_transport.hpp"
 
+#include "common/config.hpp"
 #include "common/logging.hpp"
 #include "transport/tcp/address.hpp"
 #include "transport/tcp/peer.hpp"
@@ -17,7 +18,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <random>
 
 namespace chorus::transport {
 
@@ -28,8 +28,9 @@ using namespace tcp;
 TcpTransport::TcpTransport(int rank, int size, Options options)
     : Transport(rank, size), options_(options) {
   options_.socket_buffer = socket_buffer_bytes(options_.socket_buffer);
-  nonce_ = std::random_device{}() ^ (static_cast<std::uint64_t>(std::random_device{}()) << 32) ^
-           static_cast<std::uint64_t>(getpid());
+  if (!options_.secret) options_.secret = auth::Secret::from_env();
+  const auth::Nonce random = auth::random_nonce();
+  std::memcpy(&nonce_, random.data(), sizeof nonce_);
   listen_address_ = choose_local_address();
   listener_ = net::listen_on(listen_address_, std::max(size, 16));
   net::set_nonblocking(listener_.get());
@@ -41,7 +42,8 @@ TcpTransport::TcpTransport(int rank, int size, Options options)
     peers_.back()->rank = r;
     peers_.back()->where = fmt::format("rank {}", r);
   }
-  peers_[static_cast<std::size_t>(rank)]->staging.clear();  // self needs no socket buffers
+  max_unexpected_ = config::byte_count(config::Variable::socket_unexpected_bytes, 64u << 20,
+                                       1u << 20, std::size_t{1} << 40);
   log::trace("tcp: rank {} listening on {}", rank, listen_address_.to_string());
 }
 
@@ -97,6 +99,10 @@ RequestPtr TcpTransport::self_send(Tag tag, const void* buf, std::size_t bytes) 
   return request;
 }
 
+std::size_t TcpTransport::unexpected_bytes(int peer) const {
+  return peers_.at(static_cast<std::size_t>(peer))->unexpected_bytes;
+}
+
 bool TcpTransport::probe(int peer_rank, Tag tag) {
   check_message("probe", peer_rank, tag, nullptr, 0);
   for (const Unexpected& u : peers_[static_cast<std::size_t>(peer_rank)]->unexpected)
@@ -130,8 +136,10 @@ RequestPtr TcpTransport::irecv(int peer_rank, Tag tag, void* buf, std::size_t by
       deliver(receive, rank(), u.self_buf ? u.self_buf : u.data.data(), u.length);
       if (u.self_send) u.self_send->complete();
     }
+    if (peer.rank != rank()) peer.unexpected_bytes -= unexpected_cost(u);
     peer.unexpected.erase(it);
     if (!peer.sendq.empty()) write_to(peer);
+    resume_reading(peer);
     return request;
   }
   if (peer.dead || (!connected_ && peer_rank != rank())) {
@@ -182,6 +190,8 @@ void TcpTransport::fail_peer(Peer& peer, const std::string& reason) {
   // finishing first) has delivered it. Partial ones and rendezvous
   // announcements (whose data never came) go.
   std::erase_if(peer.unexpected, [](const Unexpected& u) { return !u.ready || u.is_rts || u.claimed; });
+  peer.unexpected_bytes = 0;
+  for (const auto& u : peer.unexpected) peer.unexpected_bytes += unexpected_cost(u);
   peer.rndv_sends.clear();
   peer.rndv_recvs.clear();
   peer.in_payload = false;

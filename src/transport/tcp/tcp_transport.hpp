@@ -2,8 +2,9 @@
 //
 // Full mesh of non-blocking sockets under one epoll set; rank i connects to
 // every lower rank and accepts the higher ones. A connection starts with a
-// handshake carrying the job identity (a hash of every rank's address blob)
-// and both ranks, so a stray or stale process is refused and logged.
+// challenge-response (frames.hpp): both ends prove they hold the job's link
+// key, derived from every rank's address blob and the job secret, so a
+// stray, stale or impostor process is refused and logged.
 //
 // Frames: a 32-byte header (magic, version, type, tag, length, id), checked
 // before any of it is used. Messages up to the eager limit go in one EAGER
@@ -23,11 +24,13 @@
 // else the first up, non-loopback, non-virtual interface, else loopback.
 #pragma once
 
+#include "common/secret.hpp"
 #include "common/socket.hpp"
 #include "transport/transport.hpp"
 
 #include <deque>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -40,6 +43,9 @@ class TcpTransport final : public Transport {
     // SO_SNDBUF/SO_RCVBUF; 0 leaves the kernel's autotuning alone.
     // CHORUS_SOCKET_BUFFER overrides.
     int socket_buffer = 0;
+    // The job secret the links are keyed with (besides the address blobs);
+    // unset: CHORUS_SECRET(_FILE), if any.
+    std::optional<auth::Secret> secret;
   };
 
   TcpTransport(int rank, int size, Options options);
@@ -58,6 +64,8 @@ class TcpTransport final : public Transport {
 
   // The address this rank listens on ("127.0.0.1:41234").
   std::string listen_address() const { return listen_address_.to_string(); }
+  // What messages from `peer` that no receive has taken yet hold here.
+  std::size_t unexpected_bytes(int peer) const;
 
   struct Peer;  // per-connection state: transport/tcp/peer.hpp
 
@@ -71,6 +79,8 @@ class TcpTransport final : public Transport {
   void on_payload(Peer& peer);
   void fail_peer(Peer& peer, const std::string& reason);
   void update_interest(Peer& peer);
+  void pause_reading(Peer& peer);
+  bool resume_reading(Peer& peer);
   RequestPtr self_send(Tag tag, const void* buf, std::size_t bytes);
 
   Options options_;
@@ -78,8 +88,10 @@ class TcpTransport final : public Transport {
   net::Fd listener_;
   net::Fd epoll_;
   std::uint64_t nonce_;
-  std::uint64_t job_id_ = 0;
+  std::optional<auth::Secret> link_key_;  // set by connect()
+  std::uint64_t job_id_ = 0;              // the link key's fingerprint
   std::uint64_t next_send_id_ = 1;
+  std::size_t max_unexpected_ = 0;  // per peer: CHORUS_SOCKET_UNEXPECTED_BYTES
   std::vector<std::unique_ptr<Peer>> peers_;  // by rank; peers_[rank()] handles self-sends
   std::vector<net::Fd> strays_;               // accepted, not yet identified
   bool connected_ = false;
