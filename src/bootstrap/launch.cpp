@@ -63,6 +63,9 @@ LaunchInfo launch_info_from_env(const EnvLookup& env) {
       throw fail(fmt::format("{} is set but {} is not", r ? s.rank_var : s.size_var,
                              r ? s.size_var : s.rank_var));
     auto rank = parse_int(*r), size = parse_int(*n);
+    if (size && *size > kMaxRanks)
+      throw fail(fmt::format("{}={} is more ranks than Chorus supports ({})", s.size_var, *n,
+                             kMaxRanks));
     if (!rank || !size || *size < 1 || *rank >= *size)
       throw fail(fmt::format("{}={} and {}={} are not a rank in 0..size-1", s.rank_var, *r,
                              s.size_var, *n));

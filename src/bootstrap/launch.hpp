@@ -13,6 +13,10 @@
 
 namespace chorus::bootstrap {
 
+// The most ranks a job may have (the UCX transport's tags hold a rank in 23
+// bits); more is an invalid_argument at creation, not a failed allocation.
+inline constexpr int kMaxRanks = 1 << 23;
+
 struct LaunchInfo {
   int rank = 0;
   int size = 1;

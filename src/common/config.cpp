@@ -38,6 +38,9 @@ constexpr VariableInfo kVariables[] = {
     {V::socket_addr, "CHORUS_SOCKET_ADDR", "", "the address the TCP transport listens on"},
     {V::socket_buffer, "CHORUS_SOCKET_BUFFER", "0",
      "SO_SNDBUF/SO_RCVBUF of TCP sockets in bytes (0: the kernel's autotuning)"},
+    {V::socket_connect, "CHORUS_SOCKET_CONNECT", "auto",
+     "TCP links: eager (the full mesh at creation), lazy (at the first message), auto (eager up "
+     "to 64 ranks)"},
     {V::socket_ifname, "CHORUS_SOCKET_IFNAME", "", "interfaces the TCP transport may use"},
     {V::socket_unexpected_bytes, "CHORUS_SOCKET_UNEXPECTED_BYTES", "64 MiB",
      "TCP: messages from one peer that no receive has asked for yet, before reading it pauses"},

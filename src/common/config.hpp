@@ -31,6 +31,7 @@ enum class Variable {
   size,
   socket_addr,
   socket_buffer,
+  socket_connect,
   socket_ifname,
   socket_unexpected_bytes,
   spin_us,

@@ -15,6 +15,10 @@ namespace chorus {
 
 namespace {
 void check_rank(int rank, int size) {
+  if (size > bootstrap::kMaxRanks)
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("size {} is more ranks than Chorus supports ({})", size,
+                            bootstrap::kMaxRanks));
   if (size < 1 || rank < 0 || rank >= size)
     throw Error(ErrorCode::invalid_argument,
                 fmt::format("rank {} of size {}: need size >= 1 and 0 <= rank < size", rank, size));

@@ -102,6 +102,12 @@ TEST(LaunchInfo, MissingOrContradictoryVariablesSayWhatWasFound) {
   auto no_store = error_of({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}});
   EXPECT_NE(no_store.find("there is no store"), std::string::npos) << no_store;
   EXPECT_NE(no_store.find("SLURM_PROCID=0"), std::string::npos) << no_store;
+  // Finding 5 of issue 19: CHORUS_SIZE up to 2^30 was accepted, then failed
+  // as a bare std::bad_alloc.
+  auto huge = error_of({{"CHORUS_RANK", "0"}, {"CHORUS_SIZE", "1073741824"}, {"CHORUS_STORE", "x"}});
+  EXPECT_NE(huge.find("CHORUS_SIZE=1073741824 is more ranks than Chorus supports (8388608)"),
+            std::string::npos)
+      << huge;
 }
 
 TEST(TransportKind, ParsedFromTheEnvironmentWithAClearError) {

@@ -109,7 +109,8 @@ void LoopbackJob::start(const std::string& transport, const std::vector<std::str
     std::map<std::string, std::string> env = {
         {"CHORUS_RANK", std::to_string(r)},  {"CHORUS_SIZE", std::to_string(size)},
         {"CHORUS_STORE", server.url()},      {"CHORUS_TRANSPORT", transport},
-        {"CHORUS_SOCKET_ADDR", "127.0.0.1"}, {"CHORUS_TIMEOUT", "60"}};
+        {"CHORUS_SOCKET_ADDR", "127.0.0.1"}, {"CHORUS_TIMEOUT", "60"},
+        {"CHORUS_SECRET", secret},           {"CHORUS_SECRET_FILE", ""}};
     for (const auto& [k, v] : extra) env[k] = v;
     std::vector<std::string> argv = {program};
     argv.insert(argv.end(), args.begin(), args.end());

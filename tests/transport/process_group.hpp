@@ -4,6 +4,7 @@
 #pragma once
 
 #include "bootstrap/tcp_store.hpp"
+#include "common/secret.hpp"
 
 #include <chrono>
 #include <map>
@@ -40,7 +41,8 @@ class ProcessGroup {
 };
 
 // A job of `program` processes on loopback, meeting at a store that this
-// process serves on a free port: CHORUS_RANK/SIZE/STORE, the transport,
+// process serves on a free port with a fresh job secret, as Chorus's own
+// launcher does: CHORUS_RANK/SIZE/STORE, CHORUS_SECRET, the transport,
 // CHORUS_SOCKET_ADDR=127.0.0.1 and CHORUS_TIMEOUT=60 are set for each rank.
 struct LoopbackJob {
   explicit LoopbackJob(std::string program_path) : program(std::move(program_path)) {}
@@ -51,7 +53,10 @@ struct LoopbackJob {
              const std::map<std::string, std::string>& extra = {}, int started = -1);
 
   std::string program;
-  bootstrap::StoreServer server{"127.0.0.1", 0};
+  std::string secret = auth::generate_secret_text();
+  bootstrap::StoreServer server{"127.0.0.1", 0, auth::Secret(secret)};
+  // How this process itself reaches the job's store.
+  bootstrap::StoreAccess access() const { return {auth::Secret(secret), ""}; }
   ProcessGroup processes;
 };
 

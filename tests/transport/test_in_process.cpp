@@ -208,10 +208,27 @@ TEST_F(TcpAddressChoice, Ipv6LiteralIsBracketed) {
   EXPECT_EQ(listen_host(), "[::1]");
 }
 
+// Pins CHORUS_SOCKET_CONNECT=eager for one test (the suite also runs with
+// lazy links).
+struct EagerLinks {
+  std::string before;
+  EagerLinks() {
+    if (const char* v = std::getenv("CHORUS_SOCKET_CONNECT")) before = v;
+    setenv("CHORUS_SOCKET_CONNECT", "eager", 1);
+  }
+  ~EagerLinks() {
+    if (before.empty())
+      unsetenv("CHORUS_SOCKET_CONNECT");
+    else
+      setenv("CHORUS_SOCKET_CONNECT", before.c_str(), 1);
+  }
+};
+
 // Two ranks that read different address lists (a stale store) compute
 // different job identities. The connecting rank must fail at once, naming
 // the rank that refused it, not retry until its deadline.
 TEST(TcpHandshake, ARankOfAnotherJobIsToldSoAndFailsAtOnce) {
+  EagerLinks eager;  // connect() builds the mesh, so that it meets the stale rank
   transport::TcpTransport zero(0, 2), one(1, 2);
   const transport::AddressBlob a0 = zero.address(), a1 = one.address();
   transport::AddressBlob stale_a1 = a1;
@@ -251,6 +268,7 @@ TEST(TcpHandshake, ARankOfAnotherJobIsToldSoAndFailsAtOnce) {
 // first refusal, comes back with it, and is still refused; the real rank 2
 // then joins and rank 0 hears from it.
 TEST(TcpHandshake, AnImpostorThatKnowsEveryAddressButNotTheSecretIsRefused) {
+  EagerLinks eager;  // rank 0 waits in connect() for ranks 1 and 2
   transport::TcpTransport::Options options;
   options.secret = auth::Secret("the job's secret");
   transport::TcpTransport zero(0, 3, options), one(1, 3, options), two(2, 3, options);

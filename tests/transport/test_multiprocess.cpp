@@ -33,6 +33,7 @@ struct Group {
   testing::LoopbackJob job{CHORUS_TRANSPORT_WORKER};
   bootstrap::StoreServer& server = job.server;
   ProcessGroup& processes = job.processes;
+  bootstrap::StoreAccess access() const { return job.access(); }
   void start(const std::string& transport, const std::string& scenario, int size,
              const std::map<std::string, std::string>& extra = {}, int started = -1) {
     job.start(transport, {scenario}, size, extra, started);
@@ -122,7 +123,7 @@ TEST(TcpTransport, GarbageOnThePortIsRefusedAndTheRankStaysHealthy) {
   Group g;
   g.start("tcp", "stray_connection", 2);
   auto deadline = transport::deadline_after(30);
-  bootstrap::TcpStore client("127.0.0.1", g.server.port(), deadline);
+  bootstrap::TcpStore client("127.0.0.1", g.server.port(), deadline, g.access());
   const std::string key[] = {"test/listen"};
   const auto listen = bootstrap::to_string(client.get(key, deadline)[0]);
   auto [host, port] = net::split_host_port(listen, "test");
@@ -176,6 +177,7 @@ TEST(AutoTransport, AllRanksAgreeOnOneTransport) {
                       {{"CHORUS_RANK", "0"},
                        {"CHORUS_SIZE", "2"},
                        {"CHORUS_STORE", g.server.url()},
+                       {"CHORUS_SECRET", g.job.secret},
                        {"CHORUS_TRANSPORT", "auto"},
                        {"CHORUS_SOCKET_ADDR", "127.0.0.1"},
                        {"CHORUS_DEBUG", "INFO"}});
@@ -183,6 +185,7 @@ TEST(AutoTransport, AllRanksAgreeOnOneTransport) {
                       {{"CHORUS_RANK", "1"},
                        {"CHORUS_SIZE", "2"},
                        {"CHORUS_STORE", g.server.url()},
+                       {"CHORUS_SECRET", g.job.secret},
                        {"CHORUS_TRANSPORT", "auto"},
                        {"CHORUS_SOCKET_ADDR", "127.0.0.1"},
                        {"UCX_TLS", "no_such_transport"}});

@@ -1,5 +1,5 @@
-// The event loop: one epoll set over every connection (and the listener,
-// where strays are judged and refused); writing queued frames with
+// The event loop: one epoll set over every connection (and the listener and
+// links in their handshake, which are links.cpp's); writing queued frames with
 // gathered sendmsg; reading into a staging buffer, or straight into a
 // posted buffer once a payload's destination is known. What a complete
 // header or payload means is protocol.cpp's.
@@ -31,30 +31,14 @@ void TcpTransport::wait_for_activity(Deadline until) {
 
 bool TcpTransport::handle_events(int timeout_ms) {
   if (!connected_) return false;
+  timeout_ms = link_housekeeping(timeout_ms);
   epoll_event events[64];
   const int n = epoll_wait(epoll_.get(), events, 64, timeout_ms);
   bool moved = false;
   for (int i = 0; i < n; ++i) {
     const std::uint64_t key = events[i].data.u64;
-    if (key == ~std::uint64_t{0}) {
-      accept_strays();
-      continue;
-    }
-    if (key >= (std::uint64_t{1} << 32)) {  // a stray connection spoke: judge and refuse it
-      const int fd = static_cast<int>(key & 0xFFFFFFFFu);
-      std::byte bytes[sizeof(Hello)];
-      const ssize_t got = ::recv(fd, bytes, sizeof bytes, 0);
-      std::string why = got <= 0 ? "closed before the handshake"
-                        : got < static_cast<ssize_t>(sizeof bytes)
-                            ? fmt::format("sent {} bytes instead of a handshake", got)
-                            : judge_hello(decode_hello(bytes), job_id_, rank(), size());
-      if (why.empty()) why = "all peers are already connected";
-      log::warn("tcp: rank {} refused a connection: {}", rank(), why);
-      epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
-      std::erase_if(strays_, [fd](const net::Fd& s) { return s.get() == fd; });
-      continue;
-    }
-    Peer& peer = *peers_[static_cast<std::size_t>(key)];
+    if (on_link_key(key, events[i].events)) continue;  // the listener, or a link in its handshake
+    Peer& peer = peer_at(static_cast<int>(key));
     if (peer.dead) continue;
     if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) moved |= read_from(peer);
     if (!peer.dead && (events[i].events & EPOLLOUT)) moved |= write_to(peer);
@@ -62,27 +46,10 @@ bool TcpTransport::handle_events(int timeout_ms) {
   return moved || n > 0;
 }
 
-void TcpTransport::accept_strays() {
-  while (true) {
-    const int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) return;
-    if (strays_.size() >= 64) {  // a flood: refuse without listening
-      log::warn("tcp: rank {} refused a connection: too many unidentified connections", rank());
-      ::close(fd);
-      continue;
-    }
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u64 = (std::uint64_t{1} << 32) | static_cast<std::uint32_t>(fd);
-    epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev);
-    strays_.emplace_back(fd);
-  }
-}
-
 void TcpTransport::update_interest(Peer& peer) {
   const std::uint32_t want =
       (peer.reading_paused ? 0u : std::uint32_t{EPOLLIN}) | (peer.sendq.empty() ? 0u : std::uint32_t{EPOLLOUT});
-  if (want == peer.events || peer.dead || !peer.fd) return;
+  if (want == peer.events || peer.dead || peer.link != Peer::Link::established) return;
   epoll_event ev{};
   ev.events = want;  // EPOLLHUP and EPOLLERR are reported whatever is asked
   ev.data.u64 = static_cast<std::uint64_t>(peer.rank);
@@ -110,6 +77,7 @@ bool TcpTransport::resume_reading(Peer& peer) {
 
 bool TcpTransport::write_to(Peer& peer) {
   bool moved = false;
+  if (peer.link != Peer::Link::established) return false;  // queued until it is
   while (!peer.sendq.empty() && !peer.dead) {
     // Gather up to 32 frames (64 pieces) into one sendmsg.
     iovec iov[64];
@@ -175,6 +143,7 @@ bool TcpTransport::read_from(Peer& peer) {
   // system call that says EAGAIN. epoll reports the socket again when more
   // arrives (level-triggered).
   bool drained = false;
+  if (peer.link != Peer::Link::established) return false;
   if (peer.staging.empty()) peer.staging.resize(kStagingBytes);
   while (!peer.dead) {
     if (!peer.in_payload && peer.unexpected_bytes > max_unexpected_) {

@@ -49,7 +49,17 @@ inline std::size_t unexpected_cost(const Unexpected& u) { return sizeof u + u.da
 struct TcpTransport::Peer {
   int rank = -1;
   std::string where;  // "rank 3 (10.0.0.7:41234)"
+  // The link (links.cpp). `fd` is our outgoing socket while it connects and
+  // awaits the acceptor's answer, and the link once established.
+  enum class Link { none, connecting, await_reply, established } link = Link::none;
   net::Fd fd;
+  int incoming_pending = 0;  // its connections to us still in their handshake
+  tcp::Hello sent{};         // our Hello on the outgoing link
+  std::size_t got = 0;
+  std::byte received[sizeof(tcp::Hello)] = {};
+  bool retrying = false;  // listed in retrying_, to open the link again at retry_at
+  Clock::time_point retry_at{};
+  Clock::time_point give_up_at{};  // opening the link: fail the peer after this
   bool dead = false;
   std::string dead_reason;
   std::uint32_t events = 0;  // what epoll watches for it (EPOLLIN, EPOLLOUT)
@@ -90,6 +100,19 @@ struct TcpTransport::Peer {
   std::string abort_reason;
 
   std::size_t staged() const { return staged_end - staged_begin; }
+};
+
+// A connection accepted and not yet proven (links.cpp).
+struct TcpTransport::Incoming {
+  net::Fd fd;
+  std::string from;  // its address, for messages
+  enum class Stage { hello, proof } stage = Stage::hello;
+  int rank = -1;  // the rank it claims, once its Hello passed
+  std::size_t got = 0;
+  std::byte received[sizeof(tcp::Hello)] = {};
+  tcp::Hello hello{};  // theirs
+  tcp::Hello sent{};   // our answer
+  Clock::time_point give_up_at{};
 };
 
 }  // namespace chorus::transport

@@ -37,11 +37,7 @@ TcpTransport::TcpTransport(int rank, int size, Options options)
   tune_socket(listener_.get(), options_.socket_buffer);
   epoll_ = net::Fd(epoll_create1(EPOLL_CLOEXEC));
   if (!epoll_) throw Error(ErrorCode::transport_error, "epoll_create1: " + net::errno_text(errno));
-  for (int r = 0; r < size; ++r) {
-    peers_.push_back(std::make_unique<Peer>());
-    peers_.back()->rank = r;
-    peers_.back()->where = fmt::format("rank {}", r);
-  }
+  peers_.resize(static_cast<std::size_t>(size));  // each made at first use: peer_at()
   max_unexpected_ = config::byte_count(config::Variable::socket_unexpected_bytes, 64u << 20,
                                        1u << 20, std::size_t{1} << 40);
   log::trace("tcp: rank {} listening on {}", rank, listen_address_.to_string());
@@ -57,7 +53,7 @@ RequestPtr TcpTransport::isend(int peer_rank, Tag tag, const void* buf, std::siz
   check_message("isend", peer_rank, tag, buf, bytes);
   if (peer_rank == rank()) return self_send(tag, buf, bytes);
   auto request = std::make_shared<Request>(true, peer_rank, tag, bytes);
-  Peer& peer = *peers_[static_cast<std::size_t>(peer_rank)];
+  Peer& peer = peer_at(peer_rank);
   if (peer.dead || !connected_) {
     request->fail(ErrorCode::peer_failure,
                   fmt::format("rank {}: cannot send to {}: {}", rank(), peer.where,
@@ -73,13 +69,14 @@ RequestPtr TcpTransport::isend(int peer_rank, Tag tag, const void* buf, std::siz
     peer.rndv_sends[id] = {request, data, bytes};
     peer.sendq.push_back({make_header(FrameType::rts, tag, bytes, id), nullptr, 0, 0, nullptr, {}});
   }
+  want_link(peer);
   write_to(peer);
   return request;
 }
 
 RequestPtr TcpTransport::self_send(Tag tag, const void* buf, std::size_t bytes) {
   auto request = std::make_shared<Request>(true, rank(), tag, bytes);
-  Peer& self = *peers_[static_cast<std::size_t>(rank())];
+  Peer& self = peer_at(rank());
   const auto* data = static_cast<const std::byte*>(buf);
   if (auto receive = take_first(self.posted, [&](const PostedReceive& r) { return r.tag == tag; })) {
     deliver(*receive, rank(), data, bytes);
@@ -100,12 +97,13 @@ RequestPtr TcpTransport::self_send(Tag tag, const void* buf, std::size_t bytes) 
 }
 
 std::size_t TcpTransport::unexpected_bytes(int peer) const {
-  return peers_.at(static_cast<std::size_t>(peer))->unexpected_bytes;
+  const auto& p = peers_.at(static_cast<std::size_t>(peer));
+  return p ? p->unexpected_bytes : 0;
 }
 
 bool TcpTransport::probe(int peer_rank, Tag tag) {
   check_message("probe", peer_rank, tag, nullptr, 0);
-  for (const Unexpected& u : peers_[static_cast<std::size_t>(peer_rank)]->unexpected)
+  for (const Unexpected& u : peer_at(peer_rank).unexpected)
     if (u.tag == tag && !u.claimed) return true;
   return false;
 }
@@ -113,7 +111,7 @@ bool TcpTransport::probe(int peer_rank, Tag tag) {
 RequestPtr TcpTransport::irecv(int peer_rank, Tag tag, void* buf, std::size_t bytes) {
   check_message("irecv", peer_rank, tag, buf, bytes);
   auto request = std::make_shared<Request>(false, peer_rank, tag, bytes);
-  Peer& peer = *peers_[static_cast<std::size_t>(peer_rank)];
+  Peer& peer = peer_at(peer_rank);
   PostedReceive receive{peer_rank, tag, static_cast<std::byte*>(buf), bytes, request};
   for (auto it = peer.unexpected.begin(); it != peer.unexpected.end(); ++it) {
     Unexpected& u = *it;
@@ -149,6 +147,7 @@ RequestPtr TcpTransport::irecv(int peer_rank, Tag tag, void* buf, std::size_t by
     return request;
   }
   peer.posted.push_back(receive);
+  want_link(peer);  // a peer that died before ever sending is noticed this way
   return request;
 }
 
@@ -167,10 +166,7 @@ void TcpTransport::fail_peer(Peer& peer, const std::string& reason) {
   } else {
     log::info("tcp: rank {}: {} (nothing was pending with it)", rank(), reason);
   }
-  if (peer.fd) {
-    epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, peer.fd.get(), nullptr);
-    peer.fd.reset();
-  }
+  close_link(peer);
   const std::string message = fmt::format("rank {}: {}", rank(), reason);
   auto fail = [&](const RequestPtr& r) {
     if (r) r->fail(ErrorCode::peer_failure, message);
@@ -203,8 +199,9 @@ void TcpTransport::fail_peer(Peer& peer, const std::string& reason) {
 void TcpTransport::abort(const std::string& reason) {
   const std::string text = reason.substr(0, kMaxAbortReason);
   for (auto& p : peers_) {
+    if (!p) continue;
     Peer& peer = *p;
-    if (peer.rank == rank() || peer.dead || !peer.fd) continue;
+    if (peer.rank == rank() || peer.dead || peer.link != Peer::Link::established) continue;
     // Best effort: tell the peer why, in one frame, before closing.
     FrameHeader h = make_header(FrameType::abort, 0, text.size(), 0);
     iovec iov[2] = {{&h, sizeof h}, {const_cast<char*>(text.data()), text.size()}};
@@ -213,10 +210,9 @@ void TcpTransport::abort(const std::string& reason) {
     msg.msg_iovlen = 2;
     [[maybe_unused]] auto n = ::sendmsg(peer.fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
   }
-  for (auto& p : peers_) {
-    Peer& peer = *p;
-    fail_peer(peer, fmt::format("rank {} aborted: {}", rank(), reason));
-  }
+  aborted_ = fmt::format("rank {} aborted: {}", rank(), reason);
+  for (auto& p : peers_)
+    if (p) fail_peer(*p, aborted_);
 }
 
 }  // namespace chorus::transport

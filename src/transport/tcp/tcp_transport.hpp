@@ -1,10 +1,14 @@
 // TCP transport: the fallback that works wherever there is IP.
 //
-// Full mesh of non-blocking sockets under one epoll set; rank i connects to
-// every lower rank and accepts the higher ones. A connection starts with a
-// challenge-response (frames.hpp): both ends prove they hold the job's link
-// key, derived from every rank's address blob and the job secret, so a
-// stray, stale or impostor process is refused and logged.
+// Non-blocking sockets under one epoll set. Up to 64 ranks (or with
+// CHORUS_SOCKET_CONNECT=eager) connect() builds the full mesh: rank i
+// connects to every lower rank and accepts the higher ones. Beyond that (or
+// with =lazy) a link opens at the first message to or from a peer, so a
+// rank of a large job holds sockets only for the peers it talks to. A
+// connection starts with a challenge-response (frames.hpp): both ends prove
+// they hold the job's link key, derived from every rank's address blob and
+// the job secret, so a stray, stale or impostor process is refused and
+// logged.
 //
 // Frames: a 32-byte header (magic, version, type, tag, length, id), checked
 // before any of it is used. Messages up to the eager limit go in one EAGER
@@ -29,6 +33,7 @@
 #include "transport/transport.hpp"
 
 #include <deque>
+#include <list>
 #include <memory>
 #include <optional>
 #include <unordered_map>
@@ -70,8 +75,24 @@ class TcpTransport final : public Transport {
   struct Peer;  // per-connection state: transport/tcp/peer.hpp
 
  private:
+  struct Incoming;  // a connection in its handshake: links.cpp
+  Peer& peer_at(int rank);  // made at first use
+  std::string where_of(int rank) const;
   bool handle_events(int timeout_ms);
-  void accept_strays();
+  // links.cpp: opening, accepting and proving links.
+  void want_link(Peer& peer);
+  void start_link(Peer& peer, Clock::time_point give_up_at);
+  void open_link(Peer& peer);
+  void close_link(Peer& peer);
+  void retry_link(Peer& peer, Clock::duration after);
+  void link_failed(Peer& peer, const std::string& why);
+  void on_link_event(Peer& peer);
+  void link_established(Peer& peer);
+  void accept_incoming();
+  void on_incoming_event(Incoming& in);
+  void drop_incoming(Incoming& in);
+  bool on_link_key(std::uint64_t key, std::uint32_t events);
+  int link_housekeeping(int timeout_ms);
   bool read_from(Peer& peer);
   bool read_failed(Peer& peer, long n);
   bool write_to(Peer& peer);
@@ -92,8 +113,14 @@ class TcpTransport final : public Transport {
   std::uint64_t job_id_ = 0;              // the link key's fingerprint
   std::uint64_t next_send_id_ = 1;
   std::size_t max_unexpected_ = 0;  // per peer: CHORUS_SOCKET_UNEXPECTED_BYTES
-  std::vector<std::unique_ptr<Peer>> peers_;  // by rank; peers_[rank()] handles self-sends
-  std::vector<net::Fd> strays_;               // accepted, not yet identified
+  std::vector<std::unique_ptr<Peer>> peers_;  // by rank, made at first use; [rank()]: self-sends
+  std::vector<AddressBlob> addresses_;        // every rank's, from connect()
+  std::list<Incoming> incoming_;              // accepted, not yet proven
+  std::vector<int> retrying_;                 // ranks whose link opens again later
+  Clock::time_point accept_paused_until_{};   // out of descriptors: not accepting until then
+  Clock::time_point last_refusal_log_{};
+  std::string aborted_;  // after abort(): the reason peers made later are dead with
+  bool lazy_ = false;    // links open at the first message (CHORUS_SOCKET_CONNECT)
   bool connected_ = false;
 };
 
