@@ -388,6 +388,9 @@ bool TcpTransport::on_link_key(std::uint64_t key, std::uint32_t events) {
 }
 
 int TcpTransport::link_housekeeping(int timeout_ms) {
+  // Called by every progress(): nothing pending costs no clock read.
+  if (incoming_.empty() && retrying_.empty() && accept_paused_until_ == Clock::time_point{})
+    return timeout_ms;
   const auto now = Clock::now();
   bool busy = false;
   if (accept_paused_until_ != Clock::time_point{}) {
