@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 
+#include <atomic>
 #include <chrono>
 #include <exception>
 #include <string>
@@ -387,6 +388,50 @@ TEST(TcpLimits, AFloodOfUnexpectedMessagesIsThrottledThenDelivered) {
   }
   flood.join();
   EXPECT_EQ(zero.unexpected_bytes(1), 0u);
+}
+
+// Finding 11 of issue 19: connections that never identify themselves were
+// not capped. A rank holds at most max(64, 2p) unproven connections: the
+// 65th of a flood of silent ones is closed at once, and a real peer still
+// gets through once the flood has gone.
+TEST(TcpLimits, SilentConnectionsAreCappedAndTheRealPeerStillConnects) {
+  setenv("CHORUS_SOCKET_CONNECT", "lazy", 1);
+  transport::TcpTransport zero(0, 2), one(1, 2);
+  const transport::AddressBlob all[] = {zero.address(), one.address()};
+  zero.connect(all, transport::deadline_after(10));
+  one.connect(all, transport::deadline_after(10));
+  unsetenv("CHORUS_SOCKET_CONNECT");
+  const net::SocketAddress at = transport::tcp::decode_address(all[0], 0);
+  std::vector<net::Fd> flood;
+  std::atomic<bool> opened{false};
+  std::thread stranger([&] {  // connects while rank 0 accepts (its backlog is short)
+    for (int i = 0; i < 80; ++i) {
+      net::Fd fd(::socket(at.family(), SOCK_STREAM | SOCK_CLOEXEC, 0));
+      if (::connect(fd.get(), at.get(), at.length) == 0) flood.push_back(std::move(fd));
+    }
+    opened = true;
+  });
+  while (!opened) zero.progress();
+  stranger.join();
+  ASSERT_EQ(flood.size(), 80u);
+  for (int i = 0; i < 20; ++i) zero.progress();  // accept what is left
+  int closed = 0;
+  for (auto& fd : flood) {
+    std::byte b;
+    if (::recv(fd.get(), &b, 1, MSG_DONTWAIT) == 0) ++closed;
+  }
+  EXPECT_EQ(closed, 80 - 64) << "the unproven connections beyond the cap were not closed";
+  flood.clear();  // the strangers leave; rank 1's link is proven as usual
+  std::uint32_t got = 0, sent = 77;
+  auto r = zero.irecv(1, 3, &got, sizeof got);
+  auto s = one.isend(0, 3, &sent, sizeof sent);
+  const auto deadline = transport::deadline_after(10);
+  while (!(r->done() && s->done()) && transport::Clock::now() < deadline) {
+    zero.progress();
+    one.progress();
+  }
+  ASSERT_TRUE(r->done() && s->done());
+  EXPECT_EQ(got, 77u);
 }
 
 }  // namespace
