@@ -128,6 +128,29 @@ void close_endpoints(UcxTransport::State& s) {
   }
 }
 
+// UCX prints "unexpected tag-receive descriptor ... was not matched" for
+// each message still queued when its worker is destroyed; a program that
+// ends after a failed call must print only its own output. Eager messages
+// complete at once; a large one whose sender is gone fails or is cancelled
+// after a short wait (its endpoint is closed: nothing is wired up again).
+void drop_unexpected(UcxTransport::State& s) {
+  std::vector<std::byte> sink;
+  const auto until = Clock::now() + std::chrono::milliseconds(100);
+  while (Clock::now() < until) {
+    ucp_tag_recv_info_t info{};
+    ucp_tag_message_h message = ucp_tag_probe_nb(s.worker, 0, 0, 1, &info);
+    if (message == nullptr) return;
+    sink.resize(std::max<std::size_t>(info.length, 1));
+    ucp_request_param_t param{};
+    void* req = ucp_tag_msg_recv_nbx(s.worker, sink.data(), info.length, message, &param);
+    if (!UCS_PTR_IS_PTR(req)) continue;
+    while (ucp_request_check_status(req) == UCS_INPROGRESS && Clock::now() < until)
+      ucp_worker_progress(s.worker);
+    if (ucp_request_check_status(req) == UCS_INPROGRESS) ucp_request_cancel(s.worker, req);
+    ucp_request_free(req);
+  }
+}
+
 }  // namespace ucx
 
 void UcxTransport::abort(const std::string& reason) {

@@ -125,6 +125,9 @@ void post_notice_receive(UcxTransport::State& s);
 void handle_notices(UcxTransport::State& s);
 void on_endpoint_error(void* arg, ucp_ep_h, ucs_status_t status);
 void close_endpoints(UcxTransport::State& s);
+// Receives and drops the messages no receive took (a failed call's data, a
+// late abort notice), so that destroying the worker has none to warn about.
+void drop_unexpected(UcxTransport::State& s);
 // Fails local peers whose processes have ended, and everything once a dead
 // peer has left shared memory stuck (see failure.cpp); twice a second.
 void check_local_peers(UcxTransport::State& s);

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 namespace chorus::transport {
 
@@ -20,6 +21,32 @@ using namespace ucx;
 
 namespace {
 void default_env(const char* name, const char* value) { setenv(name, value, 0); }
+
+// Completes every endpoint's wire-up now, while every rank is connecting
+// and so progressing its worker. A wire-up request answered later could
+// be answered after its sender's worker is gone (a communicator freed at
+// once, a rank finishing first): answering attaches the sender's shared
+// memory, which then fails, and UCX prints "shmat(...) failed" and "mm ep
+// failed to connect to remote FIFO" from a program that did nothing wrong.
+void finish_wire_up(UcxTransport::State& s, Deadline deadline) {
+  ucp_request_param_t param{};
+  void* req = ucp_worker_flush_nbx(s.worker, &param);
+  if (req == nullptr) return;
+  if (UCS_PTR_IS_ERR(req)) throw ucx_error("wire-up", UCS_PTR_STATUS(req));
+  // Yielding when idle: with more ranks than cores, the peers whose answers
+  // this waits for need the core.
+  while (ucp_request_check_status(req) == UCS_INPROGRESS && Clock::now() < deadline)
+    if (ucp_worker_progress(s.worker) == 0) std::this_thread::yield();
+  const ucs_status_t st = ucp_request_check_status(req);
+  if (st == UCS_INPROGRESS) ucp_request_cancel(s.worker, req);
+  ucp_request_free(req);
+  if (st == UCS_INPROGRESS)
+    throw Error(ErrorCode::timeout,
+                fmt::format("ucx connect: rank {}: wiring up the endpoints to its {} peers did not "
+                            "finish before the deadline (a peer stopped before connecting?)",
+                            s.rank, s.endpoints.size() - 1));
+  if (st != UCS_OK) throw ucx_error("wire-up", st);
+}
 
 }  // namespace
 
@@ -75,6 +102,7 @@ UcxTransport::~UcxTransport() {
   close_endpoints(s);
   while (ucp_worker_progress(s.worker) != 0) {
   }
+  drop_unexpected(s);
   ucp_worker_destroy(s.worker);
   ucp_cleanup(s.context);
 }
@@ -95,7 +123,7 @@ AddressBlob UcxTransport::address() {
   return blob;
 }
 
-void UcxTransport::connect(std::span<const AddressBlob> addresses, Deadline) {
+void UcxTransport::connect(std::span<const AddressBlob> addresses, Deadline deadline) {
   State& s = *state_;
   if (addresses.size() != static_cast<std::size_t>(size()))
     throw Error(ErrorCode::invalid_argument,
@@ -130,6 +158,7 @@ void UcxTransport::connect(std::span<const AddressBlob> addresses, Deadline) {
     if (st != UCS_OK)
       throw ucx_error(fmt::format("endpoint to rank {} (is its address a UCX address?)", r), st);
   }
+  finish_wire_up(s, deadline);
   post_notice_receive(s);
 }
 
