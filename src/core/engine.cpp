@@ -8,6 +8,9 @@
 #include <fmt/format.h>
 
 #include <bit>
+#include <map>
+#include <mutex>
+#include <optional>
 
 namespace chorus {
 namespace {
@@ -99,6 +102,44 @@ std::unique_ptr<shm::Segment> attach_host_segment(transport::Transport& t,
   return shm::Segment::attach(t.rank(), t.size(), shm_slot_bytes(t.size()), allgather);
 }
 
+// Cost models this process has probed, by what they measured: the
+// transport, the ranks' places on hosts, the host segment, the call check.
+// A new communicator whose every rank has probed one for its key takes rank
+// 0's instead of probing again: a probe takes about a second at p = 4 on
+// two cores, and an MPI program under libchorus_pmpi makes a communicator
+// per MPI communicator it uses (test suites make hundreds).
+struct ProbedModels {
+  std::mutex mutex;
+  std::map<std::string, coll::CostModel> by_key;
+};
+ProbedModels& probed_models() {
+  static ProbedModels* models = new ProbedModels;  // never destroyed: used until exit
+  return *models;
+}
+
+// The cost model every rank already probed for `key` (rank 0's, so that all
+// choose alike), or none when any rank has not.
+std::optional<coll::CostModel> probed_before(const std::string& key, int ranks,
+                                             const shm::Allgather& allgather) {
+  struct Offer {
+    std::uint8_t have = 0;
+    coll::CostModel model;
+  } mine;
+  {
+    auto& models = probed_models();
+    std::lock_guard lock(models.mutex);
+    if (auto found = models.by_key.find(key); found != models.by_key.end()) {
+      mine.have = 1;
+      mine.model = found->second;
+    }
+  }
+  std::vector<Offer> offers(static_cast<std::size_t>(ranks));
+  allgather(&mine, sizeof mine, offers.data());
+  for (const Offer& offer : offers)
+    if (!offer.have) return std::nullopt;
+  return offers[0].model;
+}
+
 }  // namespace
 
 void Work::State::finish(std::optional<Error> e) {
@@ -152,13 +193,23 @@ Communicator::Impl::Impl(std::unique_ptr<transport::Transport> t,
   if (inherited) {
     model = *inherited;
   } else {
-    coll::Collective probe{*transport, 0, transport::deadline_after(timeout_seconds), nullptr,
-                           &abort_requested, &scratch};
-    const auto start = transport::Clock::now();
-    model = coll::probe_cost_model(probe, check_calls);
-    source = fmt::format("probe, {:.0f} ms",
-                         std::chrono::duration<double, std::milli>(transport::Clock::now() - start)
-                             .count());
+    const std::string key = fmt::format("{}|{}|{}|{}", transport->name(), topology->describe(),
+                                        host ? 1 : 0, check_calls ? 1 : 0);
+    if (auto earlier = probed_before(key, transport->size(), allgather)) {
+      model = *earlier;
+      source = "probed before in this process";
+    } else {
+      coll::Collective probe{*transport, 0, transport::deadline_after(timeout_seconds), nullptr,
+                             &abort_requested, &scratch};
+      const auto start = transport::Clock::now();
+      model = coll::probe_cost_model(probe, check_calls);
+      source = fmt::format("probe, {:.0f} ms",
+                           std::chrono::duration<double, std::milli>(transport::Clock::now() - start)
+                               .count());
+      auto& models = probed_models();
+      std::lock_guard lock(models.mutex);
+      models.by_key.emplace(key, model);
+    }
   }
   if (tuning.model) {
     model = *tuning.model;
