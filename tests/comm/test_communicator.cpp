@@ -81,6 +81,34 @@ INSTANTIATE_TEST_SUITE_P(Communicator, EveryAlgorithm,
                                            Algorithm::recursive_doubling),
                          [](const auto& info) { return std::string(to_string(info.param)); });
 
+// A communicator of the transport and layout of one probed before in this
+// process takes that probe's cost model instead of probing again (MPI
+// programs under libchorus_pmpi make one per MPI communicator): the same to
+// the last bit, which two probes of a timing never are, on every rank.
+TEST(Communicator, ASecondCommunicatorOfTheSameLayoutReusesTheProbedCostModel) {
+  constexpr int p = 3;
+  std::vector<coll::CostModel> first(p), second(p);
+  auto model_into = [](std::vector<coll::CostModel>& models) {
+    return [&models](Communicator& comm) {
+      models[static_cast<std::size_t>(comm.rank())] =
+          CommunicatorAccess::engine(comm).cost_model();
+    };
+  };
+  for (const auto& outcome : run_ranks(p, model_into(first))) ASSERT_FALSE(outcome.failed) << outcome.message;
+  for (const auto& outcome : run_ranks(p, model_into(second))) ASSERT_FALSE(outcome.failed) << outcome.message;
+  for (int r = 0; r < p; ++r) {
+    const auto& a = first[0];
+    const auto& b = second[static_cast<std::size_t>(r)];
+    EXPECT_GT(a.alpha, 0.0);
+    EXPECT_EQ(a.alpha, b.alpha) << "rank " << r;
+    EXPECT_EQ(a.beta, b.beta) << "rank " << r;
+    EXPECT_EQ(a.overhead, b.overhead) << "rank " << r;
+    for (int v = 0; v < coll::kVariantCount; ++v)
+      for (int i = 0; i < coll::CostModel::kCalibrationPoints; ++i)
+        EXPECT_EQ(a.measured[v][i], b.measured[v][i]) << "rank " << r << ", variant " << v << ", point " << i;
+  }
+}
+
 TEST(Communicator, CommunicatorWideAlgorithmIsUsedUnlessACallSaysOtherwise) {
   Options options;
   options.algorithm = Algorithm::tree;
