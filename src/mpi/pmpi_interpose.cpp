@@ -1,31 +1,35 @@
-// libchorus_pmpi: runs an unchanged MPI program's MPI_Allreduce,
-// MPI_Iallreduce, MPI_Bcast, MPI_Reduce, MPI_Allgather,
-// MPI_Reduce_scatter_block, MPI_Alltoall and MPI_Barrier on Chorus, through
-// the MPI profiling interface.
+// libchorus_pmpi: runs an unchanged MPI program's collectives on Chorus,
+// through the MPI profiling interface.
 //
 //   mpirun -np 4 -x LD_PRELOAD=libchorus_pmpi.so ./program
 //
 // This library defines MPI_ functions; loaded first, its definitions win over
 // libmpi's, and it reaches MPI itself through the PMPI_ names. What it takes
-// over (docs/mpi.md):
+// over (docs/mpi.md): MPI_Allreduce, Reduce, Reduce_scatter_block,
+// Reduce_scatter, Bcast, Allgather, Allgatherv, Alltoall, Alltoallv, Gather,
+// Gatherv, Scatter, Scatterv, Barrier, and the nonblocking Iallreduce,
+// Ireduce, Ireduce_scatter_block, Ibcast, Iallgather, Ialltoall, Ibarrier
+// (pmpi_collectives.cpp):
 //  - calls on intra-communicators of two or more ranks, of at least
-//    CHORUS_MPI_MIN_BYTES, MPI_IN_PLACE included (but for Alltoall): for
-//    reductions, a predefined datatype that maps exactly onto a Chorus one
-//    and a predefined op Chorus has (MPI_SUM, PROD, MIN, MAX, BAND, BOR,
-//    BXOR); for data movement, any predefined datatype without holes;
+//    CHORUS_MPI_MIN_BYTES (the v-forms whose sizes not every rank knows, at
+//    any size), MPI_IN_PLACE included: for reductions, a datatype whose
+//    signature has one element type Chorus represents exactly and a
+//    predefined op Chorus has; for data movement, any datatype, moved as
+//    its signature's bytes (packed when the layout has holes);
 //  - everything else goes to PMPI_ unchanged, and is counted with its reason
 //    (CHORUS_MPI_VERBOSE=1 prints the counts at MPI_Finalize).
-// Every rank of a communicator decides alike, from arguments MPI requires to
-// agree, so a call never runs on Chorus on one rank and on MPI on another.
+// Every rank of a communicator decides alike, from what MPI requires to
+// agree (the type signature, not the datatype handle), so a call never runs
+// on Chorus on one rank and on MPI on another.
 //
-// One Chorus communicator per MPI communicator, made at its first taken-over
-// call (collective: every rank makes that call), kept in an MPI attribute
-// whose delete callback frees it on MPI_Comm_free, and freed at
+// One Chorus communicator per MPI communicator, made at its first
+// taken-over call (collective: every rank makes that call), kept in an MPI
+// attribute whose delete callback frees it on MPI_Comm_free, and freed at
 // MPI_Finalize otherwise. Chorus's errors go to the communicator's MPI error
 // handler as MPI error codes whose MPI_Error_string is Chorus's message.
+// This file: MPI_Init, MPI_Finalize and the request functions that
+// complete the nonblocking collectives' generalized requests.
 #include "mpi/pmpi_interposer.hpp"
-
-#include <cstring>
 
 using namespace chorus::pmpi;
 
@@ -60,171 +64,6 @@ int MPI_Finalize() {
   std::lock_guard lock(it.mutex);
   it.entries.clear();
   return rc;
-}
-
-int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
-                  MPI_Comm comm) {
-  auto& it = interposer();
-  Taken taken;
-  const Route r = route(it, sendbuf, recvbuf, count, datatype, op, comm, taken);
-  tally(it, kAllreduce, r);
-  if (r != Route::chorus) return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
-  return on_chorus(it, comm, "MPI_Allreduce", [&] {
-    taken.chorus->allreduce(taken.send, recvbuf, static_cast<std::size_t>(count), taken.type,
-                            taken.op);
-  });
-}
-
-int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
-                   MPI_Op op, MPI_Comm comm, MPI_Request* request) {
-  auto& it = interposer();
-  Taken taken;
-  const Route r = request == nullptr
-                      ? Route::invalid_arguments
-                      : route(it, sendbuf, recvbuf, count, datatype, op, comm, taken);
-  tally(it, kIallreduce, r);
-  if (r != Route::chorus)
-    return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
-  chorus::Work work;
-  try {
-    work = taken.chorus->allreduce_async(taken.send, recvbuf, static_cast<std::size_t>(count),
-                                         taken.type, taken.op);
-  } catch (const std::exception& e) {
-    return raise_error(it, comm, "MPI_Iallreduce", e);
-  }
-  const int rc = PMPI_Grequest_start(query_request, free_request, cancel_request, nullptr, request);
-  if (rc != MPI_SUCCESS) {
-    try {
-      work.wait();
-    } catch (...) {
-    }
-    return rc;
-  }
-  std::lock_guard lock(it.mutex);
-  it.pending.emplace(*request,
-                     Interposer::Pending{std::make_shared<chorus::Work>(std::move(work)), comm});
-  return MPI_SUCCESS;
-}
-
-int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm) {
-  auto& it = interposer();
-  Taken taken;
-  const std::size_t size = contiguous_named_size(datatype);
-  Route r = start(it, comm);
-  if (r == Route::chorus && count < 0) r = Route::invalid_arguments;
-  if (r == Route::chorus && size == 0) r = Route::datatype;
-  if (r == Route::chorus) r = connect(it, static_cast<std::size_t>(count) * size, comm, taken);
-  tally(it, kBcast, r);
-  if (r != Route::chorus) return PMPI_Bcast(buffer, count, datatype, root, comm);
-  return on_chorus(it, comm, "MPI_Bcast", [&] {
-    taken.chorus->broadcast(buffer, static_cast<std::size_t>(count) * size, DataType::uint8, root);
-  });
-}
-
-int MPI_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
-               int root, MPI_Comm comm) {
-  auto& it = interposer();
-  Taken taken;
-  // recvbuf matters at the root only, so it is no part of the decision.
-  Route r = start(it, comm);
-  if (r == Route::chorus && count < 0) r = Route::invalid_arguments;
-  if (r == Route::chorus) r = reduction(datatype, op, taken);
-  if (r == Route::chorus)
-    r = connect(it, static_cast<std::size_t>(count) * chorus::size_of(taken.type), comm, taken);
-  tally(it, kReduce, r);
-  if (r != Route::chorus) return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
-  const void* send = sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf;
-  return on_chorus(it, comm, "MPI_Reduce", [&] {
-    taken.chorus->reduce(send, recvbuf, static_cast<std::size_t>(count), taken.type, taken.op, root);
-  });
-}
-
-int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
-                  int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
-  auto& it = interposer();
-  Taken taken;
-  // Decided on the receive side, which every rank describes alike; the
-  // send side must then hold the same bytes (else the call is erroneous).
-  const std::size_t size = contiguous_named_size(recvtype);
-  Route r = start(it, comm);
-  if (r == Route::chorus && (recvcount < 0 || (sendbuf != MPI_IN_PLACE && sendcount < 0)))
-    r = Route::invalid_arguments;
-  if (r == Route::chorus && size == 0) r = Route::datatype;
-  const std::size_t block = static_cast<std::size_t>(recvcount) * size;
-  if (r == Route::chorus) r = connect(it, block * static_cast<std::size_t>(comm_size(comm)), comm, taken);
-  tally(it, kAllgather, r);
-  if (r != Route::chorus)
-    return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
-  return on_chorus(it, comm, "MPI_Allgather", [&] {
-    const void* send = sendbuf;
-    if (sendbuf == MPI_IN_PLACE) {
-      send = static_cast<std::byte*>(recvbuf) + static_cast<std::size_t>(comm_rank(comm)) * block;
-    } else if (static_cast<std::size_t>(sendcount) * contiguous_named_size(sendtype) != block) {
-      throw chorus::Error(chorus::ErrorCode::invalid_argument,
-                          "the send side does not hold the bytes of one receive block");
-    }
-    taken.chorus->allgather(send, recvbuf, block, DataType::uint8);
-  });
-}
-
-int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount,
-                             MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
-  auto& it = interposer();
-  Taken taken;
-  Route r = start(it, comm);
-  if (r == Route::chorus && recvcount < 0) r = Route::invalid_arguments;
-  if (r == Route::chorus) r = reduction(datatype, op, taken);
-  const std::size_t block = static_cast<std::size_t>(recvcount) * chorus::size_of(taken.type);
-  if (r == Route::chorus) r = connect(it, block * static_cast<std::size_t>(comm_size(comm)), comm, taken);
-  tally(it, kReduceScatterBlock, r);
-  if (r != Route::chorus)
-    return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
-  return on_chorus(it, comm, "MPI_Reduce_scatter_block", [&] {
-    const auto n = static_cast<std::size_t>(recvcount);
-    if (sendbuf != MPI_IN_PLACE) {
-      taken.chorus->reduce_scatter(sendbuf, recvbuf, n, taken.type, taken.op);
-      return;
-    }
-    // In place, MPI's input is all of recvbuf and the result goes to its
-    // start; Chorus's result lands in this rank's block, moved after.
-    auto* all = static_cast<std::byte*>(recvbuf);
-    std::byte* mine = all + static_cast<std::size_t>(comm_rank(comm)) * block;
-    taken.chorus->reduce_scatter(all, mine, n, taken.type, taken.op);
-    if (mine != all && block) std::memmove(all, mine, block);
-  });
-}
-
-int MPI_Alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
-                 int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
-  auto& it = interposer();
-  Taken taken;
-  const std::size_t size = contiguous_named_size(recvtype);
-  Route r = start(it, comm);
-  if (r == Route::chorus && sendbuf == MPI_IN_PLACE) r = Route::in_place_alltoall;
-  if (r == Route::chorus && (recvcount < 0 || sendcount < 0)) r = Route::invalid_arguments;
-  if (r == Route::chorus && size == 0) r = Route::datatype;
-  const std::size_t block = static_cast<std::size_t>(recvcount) * size;
-  if (r == Route::chorus) r = connect(it, block * static_cast<std::size_t>(comm_size(comm)), comm, taken);
-  tally(it, kAlltoall, r);
-  if (r != Route::chorus)
-    return PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
-  return on_chorus(it, comm, "MPI_Alltoall", [&] {
-    if (static_cast<std::size_t>(sendcount) * contiguous_named_size(sendtype) != block)
-      throw chorus::Error(chorus::ErrorCode::invalid_argument,
-                          "the send blocks do not hold the bytes of the receive blocks");
-    taken.chorus->alltoall(sendbuf, recvbuf, block, DataType::uint8);
-  });
-}
-
-// A barrier moves no bytes: it goes to Chorus only with CHORUS_MPI_MIN_BYTES=0.
-int MPI_Barrier(MPI_Comm comm) {
-  auto& it = interposer();
-  Taken taken;
-  Route r = start(it, comm);
-  if (r == Route::chorus) r = connect(it, 0, comm, taken);
-  tally(it, kBarrier, r);
-  if (r != Route::chorus) return PMPI_Barrier(comm);
-  return on_chorus(it, comm, "MPI_Barrier", [&] { taken.chorus->barrier(); });
 }
 
 int MPI_Wait(MPI_Request* request, MPI_Status* status) {

@@ -11,33 +11,39 @@ namespace chorus::pmpi {
 
 // ---- What maps onto Chorus -------------------------------------------------
 
-// The Chorus type of a predefined MPI datatype with exactly its
-// representation; MPI_BYTE (bitwise ops only, as MPI allows) is uint8.
-std::optional<DataType> chorus_type(MPI_Datatype t, MPI_Op op) {
-  if (t == MPI_FLOAT) return DataType::float32;
-  if (t == MPI_DOUBLE) return DataType::float64;
-  if (t == MPI_INT || t == MPI_INT32_T) return DataType::int32;
-  if (t == MPI_UNSIGNED || t == MPI_UINT32_T) return DataType::uint32;
-  if (t == MPI_INT64_T || t == MPI_LONG_LONG_INT || t == MPI_LONG_LONG) return DataType::int64;
-  if (t == MPI_UINT64_T || t == MPI_UNSIGNED_LONG_LONG) return DataType::uint64;
-  if (t == MPI_LONG) return sizeof(long) == 8 ? DataType::int64 : DataType::int32;
-  if (t == MPI_UNSIGNED_LONG) return sizeof(long) == 8 ? DataType::uint64 : DataType::uint32;
-  if (t == MPI_INT8_T || t == MPI_SIGNED_CHAR) return DataType::int8;
-  if (t == MPI_UINT8_T || t == MPI_UNSIGNED_CHAR) return DataType::uint8;
-  if (t == MPI_BYTE && (op == MPI_BAND || op == MPI_BOR || op == MPI_BXOR)) return DataType::uint8;
-  return std::nullopt;
+namespace {
+
+// A predefined op on an element, as Chorus's op. Logical ops on MPI_C_BOOL
+// (0 or 1) are exactly min, max and bitwise xor.
+Route op_for(Element element, MPI_Op op, ReduceOp& out) {
+  using Kind = Element::Kind;
+  const bool bitwise = op == MPI_BAND || op == MPI_BOR || op == MPI_BXOR;
+  const bool logical = op == MPI_LAND || op == MPI_LOR || op == MPI_LXOR;
+  const bool arithmetic = op == MPI_SUM || op == MPI_PROD || op == MPI_MIN || op == MPI_MAX;
+  if (!bitwise && !logical && !arithmetic) return Route::op;  // MAXLOC, REPLACE, user ops
+  switch (element.kind) {
+    case Kind::boolean:
+      if (!logical) return Route::op_for_datatype;
+      out = op == MPI_LAND ? ReduceOp::min : op == MPI_LOR ? ReduceOp::max : ReduceOp::bxor;
+      return Route::chorus;
+    case Kind::byte:
+      if (!bitwise) return Route::op_for_datatype;
+      break;
+    case Kind::number:
+      if (logical) return Route::op;  // Chorus has no logical ops on numbers
+      break;
+  }
+  if (op == MPI_SUM) out = ReduceOp::sum;
+  else if (op == MPI_PROD) out = ReduceOp::prod;
+  else if (op == MPI_MIN) out = ReduceOp::min;
+  else if (op == MPI_MAX) out = ReduceOp::max;
+  else if (op == MPI_BAND) out = ReduceOp::band;
+  else if (op == MPI_BOR) out = ReduceOp::bor;
+  else out = ReduceOp::bxor;
+  return chorus::is_supported(element.type, out) ? Route::chorus : Route::op_for_datatype;
 }
 
-std::optional<ReduceOp> chorus_op(MPI_Op op) {
-  if (op == MPI_SUM) return ReduceOp::sum;
-  if (op == MPI_PROD) return ReduceOp::prod;
-  if (op == MPI_MIN) return ReduceOp::min;
-  if (op == MPI_MAX) return ReduceOp::max;
-  if (op == MPI_BAND) return ReduceOp::band;
-  if (op == MPI_BOR) return ReduceOp::bor;
-  if (op == MPI_BXOR) return ReduceOp::bxor;
-  return std::nullopt;
-}
+}  // namespace
 
 // ---- Settings and counts -------------------------------------------------
 
@@ -162,32 +168,26 @@ Route start(Interposer& it, MPI_Comm comm) {
   return comm == MPI_COMM_NULL ? Route::invalid_arguments : Route::chorus;
 }
 
-// The type and op of a reduction, as Chorus's.
+// The element type and op of a reduction, as Chorus's. A predefined
+// datatype is recognized by its handle; any other by its signature, so
+// that MPI_Type_contiguous(4, MPI_INT) is taken as MPI_INT is.
 Route reduction(MPI_Datatype datatype, MPI_Op op, Taken& taken) {
-  const auto type = chorus_type(datatype, op);
-  if (!type) return Route::datatype;
-  const auto chorus_op_ = chorus_op(op);
-  if (!chorus_op_) return Route::op;
-  if (!chorus::is_supported(*type, *chorus_op_)) return Route::op_for_datatype;
-  taken.type = *type;
-  taken.op = *chorus_op_;
+  std::optional<Element> element = element_of_named(datatype);
+  if (element) {
+    const std::size_t size = chorus::size_of(element->type);
+    taken.info = TypeInfo{.valid = true, .size = size, .extent = static_cast<MPI_Aint>(size),
+                          .dense = true, .element = element};
+  } else {
+    if (datatype == MPI_DATATYPE_NULL) return Route::invalid_arguments;
+    taken.info = describe(datatype);
+    if (!taken.info.valid) return Route::invalid_arguments;
+    element = taken.info.element;
+    if (!element) return Route::datatype;
+  }
+  if (Route r = op_for(*element, op, taken.op); r != Route::chorus) return r;
+  taken.type = element->type;
   taken.reduces = true;
   return Route::chorus;
-}
-
-// Calls that only move data take any predefined datatype without holes, as
-// bytes: its size, or 0 when it is not one.
-std::size_t contiguous_named_size(MPI_Datatype t) {
-  if (t == MPI_DATATYPE_NULL) return 0;
-  int integers = 0, addresses = 0, datatypes = 0, combiner = 0;
-  if (PMPI_Type_get_envelope(t, &integers, &addresses, &datatypes, &combiner) != MPI_SUCCESS ||
-      combiner != MPI_COMBINER_NAMED)
-    return 0;
-  int size = 0;
-  MPI_Aint lb = 0, extent = 0;
-  if (PMPI_Type_size(t, &size) != MPI_SUCCESS || PMPI_Type_get_extent(t, &lb, &extent) != MPI_SUCCESS)
-    return 0;
-  return size > 0 && lb == 0 && extent == size ? static_cast<std::size_t>(size) : 0;
 }
 
 // Past the argument checks: the size threshold, then the communicator.
@@ -211,15 +211,6 @@ int comm_rank(MPI_Comm comm) {
   int rank = 0;
   PMPI_Comm_rank(comm, &rank);
   return rank;
-}
-
-Route route(Interposer& it, const void* send, void* recv, int count, MPI_Datatype datatype,
-            MPI_Op op, MPI_Comm comm, Taken& taken) {
-  if (Route r = start(it, comm); r != Route::chorus) return r;
-  if (count < 0 || (count > 0 && recv == nullptr)) return Route::invalid_arguments;
-  if (Route r = reduction(datatype, op, taken); r != Route::chorus) return r;
-  taken.send = send == MPI_IN_PLACE ? recv : send;
-  return connect(it, static_cast<std::size_t>(count) * chorus::size_of(taken.type), comm, taken);
 }
 
 void tally(Interposer& it, Collective c, Route r) {
@@ -254,7 +245,7 @@ int raise_error(Interposer& it, MPI_Comm comm, const char* function, const std::
   return code;
 }
 
-// ---- Generalized requests for MPI_Iallreduce ------------------------------------
+// ---- Generalized requests of the nonblocking collectives ------------------------
 
 int query_request(void*, MPI_Status* status) {
   PMPI_Status_set_elements(status, MPI_BYTE, 0);
@@ -288,11 +279,36 @@ std::optional<Failure> settle(int n, const MPI_Request* requests, bool wait) {
     } else if (!work->test()) {
       continue;
     }
-    if (auto error = work->error(); error && !failure) failure = Failure{comm, *error};
+    std::optional<chorus::Error> error = work->error();
+    auto finish = std::move(found->second.finish);
     it.pending.erase(requests[i]);
+    if (!error && finish) {
+      try {
+        finish();
+      } catch (const chorus::Error& e) {
+        error = e;
+      }
+    }
+    if (error && !failure) failure = Failure{comm, *error};
     PMPI_Grequest_complete(requests[i]);
   }
   return failure;
+}
+
+int start_request(Interposer& it, chorus::Work work, MPI_Comm comm, std::function<void()> finish,
+                  MPI_Request* request) {
+  const int rc = PMPI_Grequest_start(query_request, free_request, cancel_request, nullptr, request);
+  if (rc != MPI_SUCCESS) {
+    try {
+      work.wait();
+    } catch (...) {
+    }
+    return rc;
+  }
+  std::lock_guard lock(it.mutex);
+  it.pending.emplace(*request, Interposer::Pending{std::make_shared<chorus::Work>(std::move(work)),
+                                                   comm, std::move(finish)});
+  return MPI_SUCCESS;
 }
 
 // The Chorus work of the first of our requests among `requests`, if any.

@@ -1,15 +1,18 @@
 // libchorus_pmpi's inside (pmpi_interpose.cpp says what the library does):
 // where each MPI call goes and why, the Chorus communicator of each MPI
-// communicator, errors as MPI errors, and the generalized requests of
-// MPI_Iallreduce. pmpi_interposer.cpp defines it; pmpi_interpose.cpp's MPI
-// functions use it.
+// communicator, errors as MPI errors, and the generalized requests of the
+// nonblocking collectives. pmpi_interposer.cpp defines it;
+// pmpi_collectives.cpp's and pmpi_interpose.cpp's MPI functions use it.
 #pragma once
 
 #include <chorus/mpi.hpp>
 
+#include "mpi/pmpi_datatypes.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <map>
 #include <memory>
@@ -30,20 +33,39 @@ using chorus::ReduceOp;
 // every size (connect() in pmpi_interposer.cpp).
 inline constexpr std::size_t kDefaultMinBytes = 1024;
 
+// Every wrapped collective, for the counts CHORUS_MPI_VERBOSE prints.
 enum Collective {
   kAllreduce,
   kIallreduce,
   kBcast,
+  kIbcast,
   kReduce,
+  kIreduce,
   kAllgather,
+  kIallgather,
+  kAllgatherv,
   kReduceScatterBlock,
+  kIreduceScatterBlock,
+  kReduceScatter,
   kAlltoall,
+  kIalltoall,
+  kAlltoallv,
+  kGather,
+  kGatherv,
+  kScatter,
+  kScatterv,
   kBarrier,
+  kIbarrier,
   kCollectiveCount
 };
 inline constexpr const char* kCollectiveNames[kCollectiveCount] = {
-    "MPI_Allreduce", "MPI_Iallreduce",          "MPI_Bcast",    "MPI_Reduce",
-    "MPI_Allgather", "MPI_Reduce_scatter_block", "MPI_Alltoall", "MPI_Barrier"};
+    "MPI_Allreduce",  "MPI_Iallreduce",           "MPI_Bcast",
+    "MPI_Ibcast",     "MPI_Reduce",               "MPI_Ireduce",
+    "MPI_Allgather",  "MPI_Iallgather",           "MPI_Allgatherv",
+    "MPI_Reduce_scatter_block", "MPI_Ireduce_scatter_block", "MPI_Reduce_scatter",
+    "MPI_Alltoall",   "MPI_Ialltoall",            "MPI_Alltoallv",
+    "MPI_Gather",     "MPI_Gatherv",              "MPI_Scatter",
+    "MPI_Scatterv",   "MPI_Barrier",              "MPI_Ibarrier"};
 
 // Where a call goes, and why: Chorus, or MPI for one of the other reasons.
 enum class Route : std::uint8_t {
@@ -58,7 +80,7 @@ enum class Route : std::uint8_t {
   one_rank,
   not_connected,
   finalizing,
-  in_place_alltoall,
+  too_large,
 };
 inline constexpr int kRouteCount = 12;
 inline constexpr const char* kRouteReasons[kRouteCount] = {
@@ -73,7 +95,7 @@ inline constexpr const char* kRouteReasons[kRouteCount] = {
     "communicator of one rank",
     "Chorus could not connect on this communicator",
     "called while MPI_Finalize ran",
-    "MPI_IN_PLACE alltoall",
+    "more than INT_MAX items in one buffer to stage",
 };
 
 // ---- Per communicator
@@ -100,46 +122,53 @@ struct Interposer {
   struct Pending {
     std::shared_ptr<chorus::Work> work;  // shared: waited on outside the mutex
     MPI_Comm comm;
+    std::function<void()> finish;  // once the work succeeded (unpacking, moving)
   };
-  std::map<MPI_Request, Pending> pending;  // our MPI_Iallreduce requests
+  std::map<MPI_Request, Pending> pending;  // our nonblocking collectives' requests
 };
 
 // The one interposer of the process (never destroyed: MPI may call in at exit).
 Interposer& interposer();
 
 // Where a call goes; when to Chorus, its arguments as Chorus takes them.
-// Every rank decides alike: from the arguments MPI requires to agree. The
-// checks cheapest and likeliest to send a call to MPI come first, so that
-// a call MPI keeps costs a few comparisons.
+// Every rank decides alike: from what MPI requires to agree (the
+// communicator, counts that every rank passes alike, the type signature:
+// its bytes and its element type), never from a datatype's handle or
+// layout. The checks cheapest and likeliest to send a call to MPI come
+// first, so that a call MPI keeps costs a few comparisons.
 struct Taken {
   chorus::Communicator* chorus = nullptr;
-  const void* send = nullptr;
-  DataType type{};
+  TypeInfo info;            // of the call's datatype (a reduction's, or the one described last)
+  DataType type{};          // a reduction's element type and op
   ReduceOp op{};
-  bool reduces = false;  // type and op were set by reduction()
+  bool reduces = false;     // type and op were set by reduction()
+  // Elements of `type` in `count` items of the reduction's datatype.
+  std::size_t elements(int count) const {
+    return static_cast<std::size_t>(count) * (info.size / chorus::size_of(type));
+  }
 };
+
+// A size for connect() of calls whose total bytes not every rank knows
+// (the v-forms but MPI_Allgatherv and MPI_Reduce_scatter): they are taken
+// over at every size, which every rank can decide alike.
+inline constexpr std::size_t kAnySize = static_cast<std::size_t>(-1);
 
 // MPI usable and the communicator given; the first check of every call.
 Route start(Interposer& it, MPI_Comm comm);
-// The type and op of a reduction, as Chorus's.
+// The element type and op of a reduction over `datatype`, as Chorus's.
 Route reduction(MPI_Datatype datatype, MPI_Op op, Taken& taken);
-// Calls that only move data take any predefined datatype without holes, as
-// bytes: its size, or 0 when it is not one.
-std::size_t contiguous_named_size(MPI_Datatype t);
-// At least CHORUS_MPI_MIN_BYTES, and a Chorus communicator for `comm`.
+// At least CHORUS_MPI_MIN_BYTES (or kAnySize), and a Chorus communicator
+// for `comm`.
 Route connect(Interposer& it, std::size_t bytes, MPI_Comm comm, Taken& taken);
 int comm_size(MPI_Comm comm);
 int comm_rank(MPI_Comm comm);
-// The whole decision for a reduction.
-Route route(Interposer& it, const void* send, void* recv, int count, MPI_Datatype datatype,
-            MPI_Op op, MPI_Comm comm, Taken& taken);
 void tally(Interposer& it, Collective c, Route r);
 // Reports a Chorus error through `comm`'s MPI error handler (see the .cpp).
 int raise_error(Interposer& it, MPI_Comm comm, const char* function, const std::exception& e);
 void set_up(Interposer& it);
 void print_counts(Interposer& it);
 
-// ---- Generalized requests for MPI_Iallreduce
+// ---- Generalized requests for the nonblocking collectives
 int query_request(void*, MPI_Status* status);
 int free_request(void*);
 int cancel_request(void*, int);
@@ -148,16 +177,21 @@ struct Failure {
   chorus::Error error;
 };
 // Marks our requests among `requests` complete where their Chorus work is
-// done (all of them, waiting, when `wait`); returns the first error.
+// done (all of them, waiting, when `wait`), after running their finish;
+// returns the first error.
 std::optional<Failure> settle(int n, const MPI_Request* requests, bool wait);
 std::shared_ptr<chorus::Work> first_pending(int n, const MPI_Request* requests);
 bool any_pending(int n, const MPI_Request* requests);
 void progress_mpi();
 int report(std::optional<Failure> failure, const char* function, int rc);
+// Makes `request` a generalized request that completes with `work`.
+int start_request(Interposer& it, chorus::Work work, MPI_Comm comm, std::function<void()> finish,
+                  MPI_Request* request);
 
 // Waits for our requests among `requests` while letting MPI progress the
-// others (a peer may need them before it reaches its MPI_Iallreduce), until
-// `done` (which may test MPI's requests) says so or ours are all settled.
+// others (a peer may need them before it reaches its nonblocking
+// collective), until `done` (which may test MPI's requests) says so or
+// ours are all settled.
 template <class Done>
 std::optional<Failure> wait_while_progressing(int n, const MPI_Request* requests, Done&& done) {
   std::optional<Failure> failure;
@@ -182,6 +216,29 @@ int on_chorus(Interposer& it, MPI_Comm comm, const char* function, Body&& body) 
     return raise_error(it, comm, function, e);
   }
   return MPI_SUCCESS;
+}
+
+// Runs a taken-over call on Chorus. `start(async)` makes Chorus's blocking
+// call (returning an empty Work) or its async form; `finish()` runs once
+// Chorus is done: at once when `request` is null, else in the MPI_Wait or
+// MPI_Test that completes the generalized request `request` becomes; it
+// must hold every Staged the call uses, which keeps their staging copies
+// alive until then. What either throws becomes the MPI error of `comm`.
+template <class Start, class Finish>
+int run(Interposer& it, MPI_Comm comm, const char* function, MPI_Request* request,
+        Start&& start, Finish&& finish) {
+  try {
+    if (request == nullptr) {
+      start(false);
+      finish();
+      return MPI_SUCCESS;
+    }
+    chorus::Work work = start(true);
+    return start_request(it, std::move(work), comm, std::function<void()>(std::forward<Finish>(finish)),
+                         request);
+  } catch (const std::exception& e) {
+    return raise_error(it, comm, function, e);
+  }
 }
 
 }  // namespace chorus::pmpi

@@ -1,0 +1,613 @@
+// libchorus_pmpi's collectives: each MPI function decides where the call
+// goes (pmpi_interposer.hpp: from what every rank passes alike), passes it
+// to PMPI_ unchanged, or runs it on Chorus, blocking or as a generalized
+// request. Buffers of any datatype reach Chorus as bytes (Staged: in place
+// when dense, else packed); reductions as their element type.
+#include "mpi/pmpi_interposer.hpp"
+
+#include <climits>
+#include <cstring>
+#include <vector>
+
+using namespace chorus::pmpi;
+using chorus::Communicator;
+
+namespace {
+
+constexpr DataType kBytes = DataType::uint8;
+
+bool in_place(const void* buffer) { return buffer == MPI_IN_PLACE; }
+
+// Chorus's blocking `call`, or its async form: the `start` of run().
+#define CHORUS_START(async, comm, call, ...) \
+  ((async) ? (comm).call##_async(__VA_ARGS__) : ((comm).call(__VA_ARGS__), chorus::Work{}))
+
+// A described datatype for a call that moves data; false sends the call
+// to MPI as invalid arguments (MPI reports what is wrong).
+bool describe_into(MPI_Datatype type, TypeInfo& info) {
+  if (type == MPI_DATATYPE_NULL) return false;
+  info = describe(type);
+  return info.valid;
+}
+
+bool valid_root(int root, MPI_Comm comm) { return root >= 0 && root < comm_size(comm); }
+
+// p non-negative counts (and, for valid_blocks, displacements) of a v-form.
+bool valid_counts(const int* counts, int p) {
+  if (counts == nullptr) return false;
+  for (int j = 0; j < p; ++j)
+    if (counts[j] < 0) return false;
+  return true;
+}
+bool valid_blocks(const int* counts, const int* displs, int p) {
+  return displs != nullptr && valid_counts(counts, p);
+}
+
+std::size_t total_items(const int* counts, int p) {
+  std::size_t total = 0;
+  for (int j = 0; j < p; ++j) total += static_cast<std::size_t>(counts[j]);
+  return total;
+}
+
+std::size_t bytes_of(int count, const TypeInfo& info) { return static_cast<std::size_t>(count) * info.size; }
+
+// One side of a call must hold the bytes the other side's signature says.
+void expect_bytes(std::size_t have, std::size_t want, const char* what) {
+  if (have != want)
+    throw chorus::Error(chorus::ErrorCode::invalid_argument,
+                        std::string(what) + " holds " + std::to_string(have) +
+                            " bytes where the receiving side describes " + std::to_string(want));
+}
+
+// A forced staging copy of `info`'s buffer: the send side of an in-place
+// alltoall, read before Chorus writes the same memory.
+TypeInfo copied(TypeInfo info) {
+  info.dense = false;
+  return info;
+}
+
+const char* name_of(Collective blocking, Collective nonblocking, MPI_Request* request) {
+  return kCollectiveNames[request ? nonblocking : blocking];
+}
+
+// ---- Reductions -----------------------------------------------------------------
+
+int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+              MPI_Comm comm, MPI_Request* request) {
+  auto& it = interposer();
+  Taken taken;
+  Route r = start(it, comm);
+  if (r == Route::chorus && (count < 0 || (count > 0 && recvbuf == nullptr)))
+    r = Route::invalid_arguments;
+  if (r == Route::chorus) r = reduction(datatype, op, taken);
+  if (r == Route::chorus) r = connect(it, bytes_of(count, taken.info), comm, taken);
+  tally(it, request ? kIallreduce : kAllreduce, r);
+  if (r != Route::chorus)
+    return request ? PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request)
+                   : PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+  const Staged recv(recvbuf, count, datatype, taken.info);
+  const Staged send =
+      in_place(sendbuf) ? recv : Staged(const_cast<void*>(sendbuf), count, datatype, taken.info);
+  const std::size_t n = taken.elements(count);
+  return run(
+      it, comm, name_of(kAllreduce, kIallreduce, request), request,
+      [&](bool async) {
+        send.pack();
+        return CHORUS_START(async, *taken.chorus, allreduce, send.data(), recv.data(), n,
+                            taken.type, taken.op);
+      },
+      [recv, send] { recv.unpack(); });
+}
+
+int reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+           int root, MPI_Comm comm, MPI_Request* request) {
+  auto& it = interposer();
+  Taken taken;
+  // recvbuf matters at the root only, so it is no part of the decision.
+  Route r = start(it, comm);
+  if (r == Route::chorus && (count < 0 || !valid_root(root, comm) ||
+                             (in_place(sendbuf) && comm_rank(comm) != root)))
+    r = Route::invalid_arguments;
+  if (r == Route::chorus) r = reduction(datatype, op, taken);
+  if (r == Route::chorus) r = connect(it, bytes_of(count, taken.info), comm, taken);
+  tally(it, request ? kIreduce : kReduce, r);
+  if (r != Route::chorus)
+    return request ? PMPI_Ireduce(sendbuf, recvbuf, count, datatype, op, root, comm, request)
+                   : PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
+  const bool at_root = taken.chorus->rank() == root;
+  const Staged recv = at_root ? Staged(recvbuf, count, datatype, taken.info) : Staged{};
+  const Staged send = at_root && in_place(sendbuf)
+                          ? recv
+                          : Staged(const_cast<void*>(sendbuf), count, datatype, taken.info);
+  const std::size_t n = taken.elements(count);
+  return run(
+      it, comm, name_of(kReduce, kIreduce, request), request,
+      [&](bool async) {
+        send.pack();
+        return CHORUS_START(async, *taken.chorus, reduce, send.data(), recv.data(), n, taken.type,
+                            taken.op, root);
+      },
+      [recv, send, at_root] {
+        if (at_root) recv.unpack();
+      });
+}
+
+// MPI_Reduce_scatter_block (counts null: `count` items per block) and
+// MPI_Reduce_scatter (counts per rank).
+int reduce_scatter(const void* sendbuf, void* recvbuf, int count, const int* counts,
+                   MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, MPI_Request* request) {
+  auto& it = interposer();
+  Taken taken;
+  const Collective which =
+      counts ? kReduceScatter : (request ? kIreduceScatterBlock : kReduceScatterBlock);
+  Route r = start(it, comm);
+  const int p = r == Route::chorus ? comm_size(comm) : 0;
+  if (r == Route::chorus && (counts ? !valid_counts(counts, p) : count < 0))
+    r = Route::invalid_arguments;
+  if (r == Route::chorus) r = reduction(datatype, op, taken);
+  const std::size_t items =
+      r == Route::chorus ? (counts ? total_items(counts, p) : static_cast<std::size_t>(count) * p) : 0;
+  // The input is staged as one block of int items (every rank knows `items`).
+  if (r == Route::chorus && items > static_cast<std::size_t>(INT_MAX)) r = Route::too_large;
+  if (r == Route::chorus) r = connect(it, items * taken.info.size, comm, taken);
+  tally(it, which, r);
+  if (r != Route::chorus) {
+    if (counts) return PMPI_Reduce_scatter(sendbuf, recvbuf, counts, datatype, op, comm);
+    return request ? PMPI_Ireduce_scatter_block(sendbuf, recvbuf, count, datatype, op, comm, request)
+                   : PMPI_Reduce_scatter_block(sendbuf, recvbuf, count, datatype, op, comm);
+  }
+  const int me = taken.chorus->rank();
+  const int mine = counts ? counts[me] : count;
+  std::size_t before = 0;  // items of the blocks before this rank's
+  for (int j = 0; j < me; ++j) before += static_cast<std::size_t>(counts ? counts[j] : count);
+  const std::size_t per_item = taken.elements(1);
+  std::vector<std::size_t> element_counts;
+  if (counts)
+    for (int j = 0; j < p; ++j) element_counts.push_back(static_cast<std::size_t>(counts[j]) * per_item);
+  // All blocks' input (in place: in recvbuf), and this rank's result. In
+  // place, Chorus leaves the result in this rank's block of the input,
+  // moved to the start of recvbuf afterwards.
+  const Staged result(recvbuf, mine, datatype, taken.info);
+  const Staged input(in_place(sendbuf) ? recvbuf : const_cast<void*>(sendbuf),
+                     static_cast<int>(items), datatype, taken.info);
+  std::byte* out = in_place(sendbuf) ? input.data() + before * taken.info.size : result.data();
+  const std::size_t result_bytes = bytes_of(mine, taken.info);
+  return run(
+      it, comm, kCollectiveNames[which], request,
+      [&](bool async) {
+        input.pack();
+        if (counts)
+          return CHORUS_START(async, *taken.chorus, reduce_scatter_v, input.data(), out,
+                              element_counts, taken.type, taken.op);
+        return CHORUS_START(async, *taken.chorus, reduce_scatter, input.data(), out,
+                            static_cast<std::size_t>(count) * per_item, taken.type, taken.op);
+      },
+      [result, input, out, result_bytes] {
+        if (out != result.data() && result_bytes) std::memmove(result.data(), out, result_bytes);
+        result.unpack();
+      });
+}
+
+// ---- Data movement -----------------------------------------------------------
+
+int bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm,
+          MPI_Request* request) {
+  auto& it = interposer();
+  Taken taken;
+  Route r = start(it, comm);
+  if (r == Route::chorus && (count < 0 || !valid_root(root, comm) || !describe_into(datatype, taken.info)))
+    r = Route::invalid_arguments;
+  if (r == Route::chorus) r = connect(it, bytes_of(count, taken.info), comm, taken);
+  tally(it, request ? kIbcast : kBcast, r);
+  if (r != Route::chorus)
+    return request ? PMPI_Ibcast(buffer, count, datatype, root, comm, request)
+                   : PMPI_Bcast(buffer, count, datatype, root, comm);
+  const bool at_root = taken.chorus->rank() == root;
+  const Staged data(buffer, count, datatype, taken.info);
+  return run(
+      it, comm, name_of(kBcast, kIbcast, request), request,
+      [&](bool async) {
+        if (at_root) data.pack();
+        return CHORUS_START(async, *taken.chorus, broadcast, data.data(), data.bytes(), kBytes, root);
+      },
+      [data, at_root] {
+        if (!at_root) data.unpack();
+      });
+}
+
+// The route of Allgather and Alltoall: decided on the receive side
+// (`recvcount` items of `recvtype` from each of the `p` ranks), which every
+// rank describes alike; the send side (unless in place) is described into
+// `send_info` and must hold the same bytes, else the call is erroneous.
+Route route_exchange(Interposer& it, const void* sendbuf, int sendcount, MPI_Datatype sendtype,
+                     int recvcount, MPI_Datatype recvtype, MPI_Comm comm, Taken& taken,
+                     TypeInfo& send_info, int& p) {
+  Route r = start(it, comm);
+  if (r == Route::chorus &&
+      (recvcount < 0 || !describe_into(recvtype, taken.info) ||
+       (!in_place(sendbuf) && (sendcount < 0 || !describe_into(sendtype, send_info)))))
+    r = Route::invalid_arguments;
+  if (r != Route::chorus) return r;
+  p = comm_size(comm);
+  return connect(it, bytes_of(recvcount, taken.info) * static_cast<std::size_t>(p), comm, taken);
+}
+
+int allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+              int recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* request) {
+  auto& it = interposer();
+  Taken taken;
+  TypeInfo send_info;
+  int p = 0;
+  const Route r = route_exchange(it, sendbuf, sendcount, sendtype, recvcount, recvtype, comm,
+                                 taken, send_info, p);
+  const std::size_t block = bytes_of(recvcount, taken.info);
+  tally(it, request ? kIallgather : kAllgather, r);
+  if (r != Route::chorus)
+    return request ? PMPI_Iallgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
+                                     comm, request)
+                   : PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+  const int me = taken.chorus->rank();
+  const Staged recv(recvbuf, p, recvcount, recvtype, taken.info);
+  const Staged send = in_place(sendbuf)
+                          ? Staged{}
+                          : Staged(const_cast<void*>(sendbuf), sendcount, sendtype, send_info);
+  return run(
+      it, comm, name_of(kAllgather, kIallgather, request), request,
+      [&](bool async) {
+        const std::byte* mine = recv.data() + recv.block_offset(me);  // in place
+        if (in_place(sendbuf)) {
+          recv.pack(me);
+        } else {
+          expect_bytes(send.bytes(), block, "the send buffer");
+          send.pack();
+          mine = send.data();
+        }
+        return CHORUS_START(async, *taken.chorus, allgather, mine, recv.data(), block, kBytes);
+      },
+      [recv, send] { recv.unpack(); });
+}
+
+int allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+               const int* recvcounts, const int* displs, MPI_Datatype recvtype, MPI_Comm comm) {
+  auto& it = interposer();
+  Taken taken;
+  TypeInfo send_info;
+  Route r = start(it, comm);
+  const int p = r == Route::chorus ? comm_size(comm) : 0;
+  if (r == Route::chorus &&
+      (!valid_blocks(recvcounts, displs, p) || !describe_into(recvtype, taken.info) ||
+       (!in_place(sendbuf) && (sendcount < 0 || !describe_into(sendtype, send_info)))))
+    r = Route::invalid_arguments;
+  // Every rank passes every count: the total is known alike everywhere.
+  if (r == Route::chorus) r = connect(it, total_items(recvcounts, p) * taken.info.size, comm, taken);
+  tally(it, kAllgatherv, r);
+  if (r != Route::chorus)
+    return PMPI_Allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm);
+  const int me = taken.chorus->rank();
+  const Staged recv(recvbuf, recvcounts, displs, p, recvtype, taken.info);
+  return on_chorus(it, comm, "MPI_Allgatherv", [&] {
+    Staged send;
+    const std::byte* mine = recv.data() + recv.block_offset(me);  // in place
+    if (in_place(sendbuf)) {
+      recv.pack(me);
+    } else {
+      send = Staged(const_cast<void*>(sendbuf), sendcount, sendtype, send_info);
+      expect_bytes(send.bytes(), recv.block_bytes(me), "the send buffer");
+      send.pack();
+      mine = send.data();
+    }
+    taken.chorus->allgatherv(mine, recv.data(), recv.all_block_bytes(), recv.all_block_offsets(),
+                             kBytes);
+    recv.unpack();
+  });
+}
+
+int alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+             int recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* request) {
+  auto& it = interposer();
+  Taken taken;
+  TypeInfo send_info;
+  int p = 0;
+  const Route r = route_exchange(it, sendbuf, sendcount, sendtype, recvcount, recvtype, comm,
+                                 taken, send_info, p);
+  const std::size_t block = bytes_of(recvcount, taken.info);
+  tally(it, request ? kIalltoall : kAlltoall, r);
+  if (r != Route::chorus)
+    return request ? PMPI_Ialltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
+                                    comm, request)
+                   : PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+  const Staged recv(recvbuf, p, recvcount, recvtype, taken.info);
+  // In place, the blocks to send are copied out of recvbuf first.
+  const Staged send = in_place(sendbuf)
+                          ? Staged(recvbuf, p, recvcount, recvtype, copied(taken.info))
+                          : Staged(const_cast<void*>(sendbuf), p, sendcount, sendtype, send_info);
+  return run(
+      it, comm, name_of(kAlltoall, kIalltoall, request), request,
+      [&](bool async) {
+        expect_bytes(send.bytes(), recv.bytes(), "the send buffer");
+        send.pack();
+        return CHORUS_START(async, *taken.chorus, alltoall, send.data(), recv.data(), block, kBytes);
+      },
+      [recv, send] { recv.unpack(); });
+}
+
+int alltoallv(const void* sendbuf, const int* sendcounts, const int* sdispls,
+              MPI_Datatype sendtype, void* recvbuf, const int* recvcounts, const int* rdispls,
+              MPI_Datatype recvtype, MPI_Comm comm) {
+  auto& it = interposer();
+  Taken taken;
+  TypeInfo send_info;
+  Route r = start(it, comm);
+  const int p = r == Route::chorus ? comm_size(comm) : 0;
+  if (r == Route::chorus &&
+      (!valid_blocks(recvcounts, rdispls, p) || !describe_into(recvtype, taken.info) ||
+       (!in_place(sendbuf) &&
+        (!valid_blocks(sendcounts, sdispls, p) || !describe_into(sendtype, send_info)))))
+    r = Route::invalid_arguments;
+  // Each rank knows only its own counts: no size threshold.
+  if (r == Route::chorus) r = connect(it, kAnySize, comm, taken);
+  tally(it, kAlltoallv, r);
+  if (r != Route::chorus)
+    return PMPI_Alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls,
+                          recvtype, comm);
+  return on_chorus(it, comm, "MPI_Alltoallv", [&] {
+    const Staged recv(recvbuf, recvcounts, rdispls, p, recvtype, taken.info);
+    const Staged send =
+        in_place(sendbuf)
+            ? Staged(recvbuf, recvcounts, rdispls, p, recvtype, copied(taken.info))
+            : Staged(const_cast<void*>(sendbuf), sendcounts, sdispls, p, sendtype, send_info);
+    send.pack();
+    taken.chorus->alltoallv(send.data(), send.all_block_bytes(), send.all_block_offsets(),
+                            recv.data(), recv.all_block_bytes(), recv.all_block_offsets(), kBytes);
+    recv.unpack();
+  });
+}
+
+// MPI_Gather (`recvcount` items per block) and MPI_Gatherv (`counts`, `displs`).
+int gather(Collective which, const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
+           const int* counts, const int* displs, MPI_Datatype recvtype, int root, MPI_Comm comm) {
+  auto& it = interposer();
+  Taken taken;
+  TypeInfo send_info;
+  Route r = start(it, comm);
+  const int p = r == Route::chorus ? comm_size(comm) : 0;
+  const int me = r == Route::chorus ? comm_rank(comm) : 0;
+  const bool at_root = me == root;
+  const bool uses_send = !(at_root && in_place(sendbuf));
+  if (r == Route::chorus &&
+      (!valid_root(root, comm) || (!at_root && in_place(sendbuf)) ||
+       (uses_send && (sendcount < 0 || !describe_into(sendtype, send_info))) ||
+       (at_root && !describe_into(recvtype, taken.info)) ||
+       (at_root && (which == kGatherv ? !valid_blocks(counts, displs, p) : recvcount < 0))))
+    r = Route::invalid_arguments;
+  // Gather: every rank knows the block (the root from its receive side).
+  // Gatherv: only the root knows the blocks, so no size threshold.
+  std::size_t bytes = kAnySize;
+  if (which == kGather)
+    bytes = static_cast<std::size_t>(p) *
+            (at_root ? bytes_of(recvcount, taken.info) : bytes_of(sendcount, send_info));
+  if (r == Route::chorus) r = connect(it, bytes, comm, taken);
+  tally(it, which, r);
+  if (r != Route::chorus) {
+    if (which == kGatherv)
+      return PMPI_Gatherv(sendbuf, sendcount, sendtype, recvbuf, counts, displs, recvtype, root, comm);
+    return PMPI_Gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
+  }
+  return on_chorus(it, comm, kCollectiveNames[which], [&] {
+    const Staged recv = !at_root            ? Staged{}
+                        : which == kGatherv ? Staged(recvbuf, counts, displs, p, recvtype, taken.info)
+                                            : Staged(recvbuf, p, recvcount, recvtype, taken.info);
+    Staged send;
+    const std::byte* mine = recv.data() + (at_root ? recv.block_offset(me) : 0);  // in place
+    if (uses_send) {
+      send = Staged(const_cast<void*>(sendbuf), sendcount, sendtype, send_info);
+      if (at_root) expect_bytes(send.bytes(), recv.block_bytes(me), "the root's send buffer");
+      send.pack();
+      mine = send.data();
+    } else {
+      recv.pack(me);
+    }
+    const std::size_t my_bytes = uses_send ? send.bytes() : recv.block_bytes(me);
+    if (which == kGatherv)
+      taken.chorus->gatherv(mine, my_bytes, recv.data(), at_root ? recv.all_block_bytes() : std::vector<std::size_t>{},
+                            at_root ? recv.all_block_offsets() : std::vector<std::size_t>{}, kBytes, root);
+    else
+      taken.chorus->gather(mine, recv.data(), my_bytes, kBytes, root);
+    if (at_root) recv.unpack();
+  });
+}
+
+// MPI_Scatter (`sendcount` items per block) and MPI_Scatterv (`counts`, `displs`).
+int scatter(Collective which, const void* sendbuf, int sendcount, const int* counts, const int* displs,
+            MPI_Datatype sendtype, void* recvbuf, int recvcount, MPI_Datatype recvtype, int root,
+            MPI_Comm comm) {
+  auto& it = interposer();
+  Taken taken;
+  TypeInfo send_info;
+  Route r = start(it, comm);
+  const int p = r == Route::chorus ? comm_size(comm) : 0;
+  const int me = r == Route::chorus ? comm_rank(comm) : 0;
+  const bool at_root = me == root;
+  const bool uses_recv = !(at_root && in_place(recvbuf));
+  if (r == Route::chorus &&
+      (!valid_root(root, comm) || (!at_root && in_place(recvbuf)) ||
+       (uses_recv && (recvcount < 0 || !describe_into(recvtype, taken.info))) ||
+       (at_root && !describe_into(sendtype, send_info)) ||
+       (at_root && (which == kScatterv ? !valid_blocks(counts, displs, p) : sendcount < 0))))
+    r = Route::invalid_arguments;
+  std::size_t bytes = kAnySize;
+  if (which == kScatter)
+    bytes = static_cast<std::size_t>(p) *
+            (at_root ? bytes_of(sendcount, send_info) : bytes_of(recvcount, taken.info));
+  if (r == Route::chorus) r = connect(it, bytes, comm, taken);
+  tally(it, which, r);
+  if (r != Route::chorus) {
+    if (which == kScatterv)
+      return PMPI_Scatterv(sendbuf, counts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm);
+    return PMPI_Scatter(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
+  }
+  return on_chorus(it, comm, kCollectiveNames[which], [&] {
+    const Staged send = !at_root             ? Staged{}
+                        : which == kScatterv ? Staged(const_cast<void*>(sendbuf), counts, displs, p,
+                                                      sendtype, send_info)
+                                             : Staged(const_cast<void*>(sendbuf), p, sendcount,
+                                                      sendtype, send_info);
+    const Staged recv = uses_recv ? Staged(recvbuf, recvcount, recvtype, taken.info) : Staged{};
+    if (at_root) {
+      send.pack();
+      if (uses_recv) expect_bytes(send.block_bytes(me), recv.bytes(), "the root's block");
+    }
+    std::byte* mine = uses_recv ? recv.data() : send.data() + send.block_offset(me);  // in place
+    const std::size_t my_bytes = uses_recv ? recv.bytes() : send.block_bytes(me);
+    if (which == kScatterv)
+      taken.chorus->scatterv(send.data(), at_root ? send.all_block_bytes() : std::vector<std::size_t>{},
+                             at_root ? send.all_block_offsets() : std::vector<std::size_t>{}, mine,
+                             my_bytes, kBytes, root);
+    else
+      taken.chorus->scatter(send.data(), mine, my_bytes, kBytes, root);
+    recv.unpack();
+  });
+}
+
+// A barrier moves no bytes: it goes to Chorus only with CHORUS_MPI_MIN_BYTES=0.
+int barrier(MPI_Comm comm, MPI_Request* request) {
+  auto& it = interposer();
+  Taken taken;
+  Route r = start(it, comm);
+  if (r == Route::chorus) r = connect(it, 0, comm, taken);
+  tally(it, request ? kIbarrier : kBarrier, r);
+  if (r != Route::chorus) return request ? PMPI_Ibarrier(comm, request) : PMPI_Barrier(comm);
+  return run(
+      it, comm, name_of(kBarrier, kIbarrier, request), request,
+      [&](bool async) { return CHORUS_START(async, *taken.chorus, barrier); }, [] {});
+}
+
+#undef CHORUS_START
+
+}  // namespace
+
+// ---- The MPI functions ---------------------------------------------------------
+
+extern "C" {
+
+int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+                  MPI_Comm comm) {
+  return allreduce(sendbuf, recvbuf, count, datatype, op, comm, nullptr);
+}
+
+int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
+                   MPI_Op op, MPI_Comm comm, MPI_Request* request) {
+  if (request == nullptr) return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
+  return allreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
+}
+
+int MPI_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+               int root, MPI_Comm comm) {
+  return reduce(sendbuf, recvbuf, count, datatype, op, root, comm, nullptr);
+}
+
+int MPI_Ireduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+                int root, MPI_Comm comm, MPI_Request* request) {
+  if (request == nullptr) return PMPI_Ireduce(sendbuf, recvbuf, count, datatype, op, root, comm, request);
+  return reduce(sendbuf, recvbuf, count, datatype, op, root, comm, request);
+}
+
+int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount,
+                             MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
+  return reduce_scatter(sendbuf, recvbuf, recvcount, nullptr, datatype, op, comm, nullptr);
+}
+
+int MPI_Ireduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount,
+                              MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                              MPI_Request* request) {
+  if (request == nullptr)
+    return PMPI_Ireduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm, request);
+  return reduce_scatter(sendbuf, recvbuf, recvcount, nullptr, datatype, op, comm, request);
+}
+
+int MPI_Reduce_scatter(const void* sendbuf, void* recvbuf, const int recvcounts[],
+                       MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
+  if (recvcounts == nullptr) return PMPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm);
+  return reduce_scatter(sendbuf, recvbuf, 0, recvcounts, datatype, op, comm, nullptr);
+}
+
+int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm) {
+  return bcast(buffer, count, datatype, root, comm, nullptr);
+}
+
+int MPI_Ibcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm,
+               MPI_Request* request) {
+  if (request == nullptr) return PMPI_Ibcast(buffer, count, datatype, root, comm, request);
+  return bcast(buffer, count, datatype, root, comm, request);
+}
+
+int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                  int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
+  return allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, nullptr);
+}
+
+int MPI_Iallgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                   int recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* request) {
+  if (request == nullptr)
+    return PMPI_Iallgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request);
+  return allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request);
+}
+
+int MPI_Allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                   const int recvcounts[], const int displs[], MPI_Datatype recvtype, MPI_Comm comm) {
+  return allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm);
+}
+
+int MPI_Alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                 int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
+  return alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, nullptr);
+}
+
+int MPI_Ialltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                  int recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* request) {
+  if (request == nullptr)
+    return PMPI_Ialltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request);
+  return alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request);
+}
+
+int MPI_Alltoallv(const void* sendbuf, const int sendcounts[], const int sdispls[],
+                  MPI_Datatype sendtype, void* recvbuf, const int recvcounts[], const int rdispls[],
+                  MPI_Datatype recvtype, MPI_Comm comm) {
+  return alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype,
+                   comm);
+}
+
+int MPI_Gather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+               int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm) {
+  return gather(kGather, sendbuf, sendcount, sendtype, recvbuf, recvcount, nullptr, nullptr,
+                recvtype, root, comm);
+}
+
+int MPI_Gatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                const int recvcounts[], const int displs[], MPI_Datatype recvtype, int root,
+                MPI_Comm comm) {
+  return gather(kGatherv, sendbuf, sendcount, sendtype, recvbuf, 0, recvcounts, displs, recvtype,
+                root, comm);
+}
+
+int MPI_Scatter(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm) {
+  return scatter(kScatter, sendbuf, sendcount, nullptr, nullptr, sendtype, recvbuf, recvcount,
+                 recvtype, root, comm);
+}
+
+int MPI_Scatterv(const void* sendbuf, const int sendcounts[], const int displs[],
+                 MPI_Datatype sendtype, void* recvbuf, int recvcount, MPI_Datatype recvtype,
+                 int root, MPI_Comm comm) {
+  return scatter(kScatterv, sendbuf, 0, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype,
+                 root, comm);
+}
+
+int MPI_Barrier(MPI_Comm comm) { return barrier(comm, nullptr); }
+
+int MPI_Ibarrier(MPI_Comm comm, MPI_Request* request) {
+  if (request == nullptr) return PMPI_Ibarrier(comm, request);
+  return barrier(comm, request);
+}
+
+}  // extern "C"
