@@ -66,22 +66,19 @@ TypeInfo copied(TypeInfo info) {
   return info;
 }
 
-const char* name_of(Collective blocking, Collective nonblocking, MPI_Request* request) {
-  return kCollectiveNames[request ? nonblocking : blocking];
-}
-
 // ---- Reductions -----------------------------------------------------------------
 
 int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
               MPI_Comm comm, MPI_Request* request) {
   auto& it = interposer();
   Taken taken;
-  Route r = start(it, comm);
+  const Collective c = request ? kIallreduce : kAllreduce;
+  Route r = start(it, comm, c);
   if (r == Route::chorus && (count < 0 || (count > 0 && recvbuf == nullptr)))
     r = Route::invalid_arguments;
   if (r == Route::chorus) r = reduction(datatype, op, taken);
   if (r == Route::chorus) r = connect(it, bytes_of(count, taken.info), comm, taken);
-  tally(it, request ? kIallreduce : kAllreduce, r);
+  tally(it, c, r);
   if (r != Route::chorus)
     return request ? PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request)
                    : PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
@@ -90,7 +87,7 @@ int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype dataty
       in_place(sendbuf) ? recv : Staged(const_cast<void*>(sendbuf), count, datatype, taken.info);
   const std::size_t n = taken.elements(count);
   return run(
-      it, comm, name_of(kAllreduce, kIallreduce, request), request,
+      it, comm, kCollectiveNames[c], request,
       [&](bool async) {
         send.pack();
         return CHORUS_START(async, *taken.chorus, allreduce, send.data(), recv.data(), n,
@@ -104,13 +101,14 @@ int reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
   auto& it = interposer();
   Taken taken;
   // recvbuf matters at the root only, so it is no part of the decision.
-  Route r = start(it, comm);
+  const Collective c = request ? kIreduce : kReduce;
+  Route r = start(it, comm, c);
   if (r == Route::chorus && (count < 0 || !valid_root(root, comm) ||
                              (in_place(sendbuf) && comm_rank(comm) != root)))
     r = Route::invalid_arguments;
   if (r == Route::chorus) r = reduction(datatype, op, taken);
   if (r == Route::chorus) r = connect(it, bytes_of(count, taken.info), comm, taken);
-  tally(it, request ? kIreduce : kReduce, r);
+  tally(it, c, r);
   if (r != Route::chorus)
     return request ? PMPI_Ireduce(sendbuf, recvbuf, count, datatype, op, root, comm, request)
                    : PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
@@ -121,7 +119,7 @@ int reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
                           : Staged(const_cast<void*>(sendbuf), count, datatype, taken.info);
   const std::size_t n = taken.elements(count);
   return run(
-      it, comm, name_of(kReduce, kIreduce, request), request,
+      it, comm, kCollectiveNames[c], request,
       [&](bool async) {
         send.pack();
         return CHORUS_START(async, *taken.chorus, reduce, send.data(), recv.data(), n, taken.type,
@@ -140,7 +138,7 @@ int reduce_scatter(const void* sendbuf, void* recvbuf, int count, const int* cou
   Taken taken;
   const Collective which =
       counts ? kReduceScatter : (request ? kIreduceScatterBlock : kReduceScatterBlock);
-  Route r = start(it, comm);
+  Route r = start(it, comm, which);
   const int p = r == Route::chorus ? comm_size(comm) : 0;
   if (r == Route::chorus && (counts ? !valid_counts(counts, p) : count < 0))
     r = Route::invalid_arguments;
@@ -194,18 +192,19 @@ int bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm com
           MPI_Request* request) {
   auto& it = interposer();
   Taken taken;
-  Route r = start(it, comm);
+  const Collective c = request ? kIbcast : kBcast;
+  Route r = start(it, comm, c);
   if (r == Route::chorus && (count < 0 || !valid_root(root, comm) || !describe_into(datatype, taken.info)))
     r = Route::invalid_arguments;
   if (r == Route::chorus) r = connect(it, bytes_of(count, taken.info), comm, taken);
-  tally(it, request ? kIbcast : kBcast, r);
+  tally(it, c, r);
   if (r != Route::chorus)
     return request ? PMPI_Ibcast(buffer, count, datatype, root, comm, request)
                    : PMPI_Bcast(buffer, count, datatype, root, comm);
   const bool at_root = taken.chorus->rank() == root;
   const Staged data(buffer, count, datatype, taken.info);
   return run(
-      it, comm, name_of(kBcast, kIbcast, request), request,
+      it, comm, kCollectiveNames[c], request,
       [&](bool async) {
         if (at_root) data.pack();
         return CHORUS_START(async, *taken.chorus, broadcast, data.data(), data.bytes(), kBytes, root);
@@ -219,10 +218,10 @@ int bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm com
 // (`recvcount` items of `recvtype` from each of the `p` ranks), which every
 // rank describes alike; the send side (unless in place) is described into
 // `send_info` and must hold the same bytes, else the call is erroneous.
-Route route_exchange(Interposer& it, const void* sendbuf, int sendcount, MPI_Datatype sendtype,
-                     int recvcount, MPI_Datatype recvtype, MPI_Comm comm, Taken& taken,
-                     TypeInfo& send_info, int& p) {
-  Route r = start(it, comm);
+Route route_exchange(Interposer& it, Collective c, const void* sendbuf, int sendcount,
+                     MPI_Datatype sendtype, int recvcount, MPI_Datatype recvtype, MPI_Comm comm,
+                     Taken& taken, TypeInfo& send_info, int& p) {
+  Route r = start(it, comm, c);
   if (r == Route::chorus &&
       (recvcount < 0 || !describe_into(recvtype, taken.info) ||
        (!in_place(sendbuf) && (sendcount < 0 || !describe_into(sendtype, send_info)))))
@@ -238,10 +237,11 @@ int allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* r
   Taken taken;
   TypeInfo send_info;
   int p = 0;
-  const Route r = route_exchange(it, sendbuf, sendcount, sendtype, recvcount, recvtype, comm,
+  const Collective c = request ? kIallgather : kAllgather;
+  const Route r = route_exchange(it, c, sendbuf, sendcount, sendtype, recvcount, recvtype, comm,
                                  taken, send_info, p);
   const std::size_t block = bytes_of(recvcount, taken.info);
-  tally(it, request ? kIallgather : kAllgather, r);
+  tally(it, c, r);
   if (r != Route::chorus)
     return request ? PMPI_Iallgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
                                      comm, request)
@@ -252,7 +252,7 @@ int allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* r
                           ? Staged{}
                           : Staged(const_cast<void*>(sendbuf), sendcount, sendtype, send_info);
   return run(
-      it, comm, name_of(kAllgather, kIallgather, request), request,
+      it, comm, kCollectiveNames[c], request,
       [&](bool async) {
         const std::byte* mine = recv.data() + recv.block_offset(me);  // in place
         if (in_place(sendbuf)) {
@@ -272,7 +272,7 @@ int allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* 
   auto& it = interposer();
   Taken taken;
   TypeInfo send_info;
-  Route r = start(it, comm);
+  Route r = start(it, comm, kAllgatherv);
   const int p = r == Route::chorus ? comm_size(comm) : 0;
   if (r == Route::chorus &&
       (!valid_blocks(recvcounts, displs, p) || !describe_into(recvtype, taken.info) ||
@@ -308,10 +308,11 @@ int alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* re
   Taken taken;
   TypeInfo send_info;
   int p = 0;
-  const Route r = route_exchange(it, sendbuf, sendcount, sendtype, recvcount, recvtype, comm,
+  const Collective c = request ? kIalltoall : kAlltoall;
+  const Route r = route_exchange(it, c, sendbuf, sendcount, sendtype, recvcount, recvtype, comm,
                                  taken, send_info, p);
   const std::size_t block = bytes_of(recvcount, taken.info);
-  tally(it, request ? kIalltoall : kAlltoall, r);
+  tally(it, c, r);
   if (r != Route::chorus)
     return request ? PMPI_Ialltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
                                     comm, request)
@@ -322,7 +323,7 @@ int alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* re
                           ? Staged(recvbuf, p, recvcount, recvtype, copied(taken.info))
                           : Staged(const_cast<void*>(sendbuf), p, sendcount, sendtype, send_info);
   return run(
-      it, comm, name_of(kAlltoall, kIalltoall, request), request,
+      it, comm, kCollectiveNames[c], request,
       [&](bool async) {
         expect_bytes(send.bytes(), recv.bytes(), "the send buffer");
         send.pack();
@@ -337,7 +338,7 @@ int alltoallv(const void* sendbuf, const int* sendcounts, const int* sdispls,
   auto& it = interposer();
   Taken taken;
   TypeInfo send_info;
-  Route r = start(it, comm);
+  Route r = start(it, comm, kAlltoallv);
   const int p = r == Route::chorus ? comm_size(comm) : 0;
   if (r == Route::chorus &&
       (!valid_blocks(recvcounts, rdispls, p) || !describe_into(recvtype, taken.info) ||
@@ -369,7 +370,7 @@ int gather(Collective which, const void* sendbuf, int sendcount, MPI_Datatype se
   auto& it = interposer();
   Taken taken;
   TypeInfo send_info;
-  Route r = start(it, comm);
+  Route r = start(it, comm, which);
   const int p = r == Route::chorus ? comm_size(comm) : 0;
   const int me = r == Route::chorus ? comm_rank(comm) : 0;
   const bool at_root = me == root;
@@ -424,7 +425,7 @@ int scatter(Collective which, const void* sendbuf, int sendcount, const int* cou
   auto& it = interposer();
   Taken taken;
   TypeInfo send_info;
-  Route r = start(it, comm);
+  Route r = start(it, comm, which);
   const int p = r == Route::chorus ? comm_size(comm) : 0;
   const int me = r == Route::chorus ? comm_rank(comm) : 0;
   const bool at_root = me == root;
@@ -473,12 +474,13 @@ int scatter(Collective which, const void* sendbuf, int sendcount, const int* cou
 int barrier(MPI_Comm comm, MPI_Request* request) {
   auto& it = interposer();
   Taken taken;
-  Route r = start(it, comm);
+  const Collective c = request ? kIbarrier : kBarrier;
+  Route r = start(it, comm, c);
   if (r == Route::chorus) r = connect(it, 0, comm, taken);
-  tally(it, request ? kIbarrier : kBarrier, r);
+  tally(it, c, r);
   if (r != Route::chorus) return request ? PMPI_Ibarrier(comm, request) : PMPI_Barrier(comm);
   return run(
-      it, comm, name_of(kBarrier, kIbarrier, request), request,
+      it, comm, kCollectiveNames[c], request,
       [&](bool async) { return CHORUS_START(async, *taken.chorus, barrier); }, [] {});
 }
 

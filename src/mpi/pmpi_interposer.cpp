@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <strings.h>
 #include <limits>
 #include <vector>
 
@@ -69,6 +70,29 @@ std::size_t min_bytes_from_env() {
   return static_cast<std::size_t>(value) * scale;
 }
 
+// CHORUS_MPI_PASS: MPI function names (any case, comma-separated) whose
+// calls always go to MPI, for a program that a collective makes slower.
+void pass_from_env(bool (&pass)[kCollectiveCount]) {
+  const char* env = std::getenv("CHORUS_MPI_PASS");
+  if (env == nullptr) return;
+  std::string list = env;
+  std::size_t at = 0;
+  while (at <= list.size()) {
+    const std::size_t comma = std::min(list.find(',', at), list.size());
+    std::string name = list.substr(at, comma - at);
+    at = comma + 1;
+    name.erase(0, name.find_first_not_of(" \t"));
+    name.erase(name.find_last_not_of(" \t") + 1);
+    if (name.empty()) continue;
+    bool known = false;
+    for (int c = 0; c < kCollectiveCount; ++c)
+      if (strcasecmp(name.c_str(), kCollectiveNames[c]) == 0) pass[c] = known = true;
+    if (!known)
+      std::fprintf(stderr, "chorus_pmpi: CHORUS_MPI_PASS names '%s', which is not a collective this "
+                   "library takes over (MPI_Allreduce, MPI_Ibcast, ...); ignored\n", name.c_str());
+  }
+}
+
 // ---- Per communicator -------------------------------------------------------
 
 Interposer& interposer() {
@@ -93,6 +117,7 @@ void set_up(Interposer& it) {
   PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_entry, &it.keyval, nullptr);
   PMPI_Add_error_class(&it.error_class);
   it.min_bytes = min_bytes_from_env();
+  pass_from_env(it.pass);
   const char* verbose = std::getenv("CHORUS_MPI_VERBOSE");
   it.verbose = verbose != nullptr && *verbose != '\0' && std::strcmp(verbose, "0") != 0;
   it.ready.store(true, std::memory_order_release);
@@ -160,11 +185,12 @@ chorus::Communicator* communicator_of(Interposer& it, MPI_Comm comm, Route& rout
 }
 
 // MPI usable and the communicator given; the first check of every call.
-Route start(Interposer& it, MPI_Comm comm) {
+Route start(Interposer& it, MPI_Comm comm, Collective c) {
   if (!it.ready.load(std::memory_order_acquire)) {
     if (!mpi_usable()) return Route::not_initialized;
     set_up(it);
   }
+  if (it.pass[c]) return Route::passed_by_setting;
   return comm == MPI_COMM_NULL ? Route::invalid_arguments : Route::chorus;
 }
 

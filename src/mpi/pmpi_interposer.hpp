@@ -81,8 +81,9 @@ enum class Route : std::uint8_t {
   not_connected,
   finalizing,
   too_large,
+  passed_by_setting,
 };
-inline constexpr int kRouteCount = 12;
+inline constexpr int kRouteCount = 13;
 inline constexpr const char* kRouteReasons[kRouteCount] = {
     "taken over by Chorus",
     "MPI not initialized or finalized",
@@ -96,6 +97,7 @@ inline constexpr const char* kRouteReasons[kRouteCount] = {
     "Chorus could not connect on this communicator",
     "called while MPI_Finalize ran",
     "more than INT_MAX items in one buffer to stage",
+    "named in CHORUS_MPI_PASS",
 };
 
 // ---- Per communicator
@@ -110,6 +112,7 @@ struct Interposer {
   std::atomic<bool> ready{false};
   std::size_t min_bytes = kDefaultMinBytes;
   bool verbose = false;
+  bool pass[kCollectiveCount] = {};  // CHORUS_MPI_PASS: always MPI's
   // Calls by collective and route; counted without the mutex.
   std::atomic<unsigned long long> calls[kCollectiveCount][kRouteCount] = {};
 
@@ -153,8 +156,9 @@ struct Taken {
 // over at every size, which every rank can decide alike.
 inline constexpr std::size_t kAnySize = static_cast<std::size_t>(-1);
 
-// MPI usable and the communicator given; the first check of every call.
-Route start(Interposer& it, MPI_Comm comm);
+// MPI usable, the collective not named in CHORUS_MPI_PASS, and the
+// communicator given; the first check of every call.
+Route start(Interposer& it, MPI_Comm comm, Collective c);
 // The element type and op of a reduction over `datatype`, as Chorus's.
 Route reduction(MPI_Datatype datatype, MPI_Op op, Taken& taken);
 // At least CHORUS_MPI_MIN_BYTES (or kAnySize), and a Chorus communicator

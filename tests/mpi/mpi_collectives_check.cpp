@@ -10,6 +10,7 @@
 // LD_PRELOAD=libchorus_pmpi.so; it must pass alike.
 //
 //   mpi_collectives_check            the correctness sweep
+//   mpi_collectives_check --quick    a few calls of each kind (settings tests)
 //   mpi_collectives_check --errors   (under the preload) a mismatched call
 //       on a communicator with MPI_ERRORS_RETURN must return an MPI error
 //       whose MPI_Error_string names the mismatch, on every rank.
@@ -912,19 +913,8 @@ int check_error_reporting(bool fatal) {
   return ok ? 0 : 1;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-  int world_size = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-  if (argc > 1 && (std::strcmp(argv[1], "--errors") == 0 || std::strcmp(argv[1], "--errors-fatal") == 0)) {
-    const int bad = check_error_reporting(std::strcmp(argv[1], "--errors-fatal") == 0);
-    MPI_Finalize();
-    return bad;
-  }
-
+// Every check, on every kind of communicator.
+void run_full_sweep(int world_rank, int world_size) {
   sweep(MPI_COMM_WORLD);
   sweep_other_collectives(MPI_COMM_WORLD);
   // Halves in reverse order (ranks of the split differ from the world's),
@@ -963,7 +953,29 @@ int main(int argc, char** argv) {
   for (MPI_Comm* comm : {&half, &dup, &created, &grouped})
     if (*comm != MPI_COMM_NULL) MPI_Comm_free(comm);
   for (MPI_Group* group : {&world_group, &evens_group, &reversed_group}) MPI_Group_free(group);
+}
 
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  int world_size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  if (argc > 1 && (std::strcmp(argv[1], "--errors") == 0 || std::strcmp(argv[1], "--errors-fatal") == 0)) {
+    const int bad = check_error_reporting(std::strcmp(argv[1], "--errors-fatal") == 0);
+    MPI_Finalize();
+    return bad;
+  }
+
+  if (argc > 1 && std::strcmp(argv[1], "--quick") == 0) {  // a few calls of each kind
+    check_int8_sums_wrap(MPI_COMM_WORLD);
+    check_allreduce<float>(MPI_COMM_WORLD, MPI_FLOAT, "MPI_FLOAT", Op::sum, 4099, false, false);
+    check_nonblocking(MPI_COMM_WORLD, 1000, false);
+    check_rooted(MPI_COMM_WORLD, 1000, true);
+  } else {
+    run_full_sweep(world_rank, world_size);
+  }
   long all_failures = 0;
   MPI_Allreduce(&failures, &all_failures, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
   if (world_rank == 0)
