@@ -22,6 +22,8 @@ constexpr VariableInfo kVariables[] = {
      "the job's name at a shared store: keys of other jobs are not seen"},
     {V::mpi_min_bytes, "CHORUS_MPI_MIN_BYTES", "1024",
      "libchorus_pmpi: smaller calls stay with MPI (8-bit integer sums never do)"},
+    {V::mpi_pass, "CHORUS_MPI_PASS", "",
+     "libchorus_pmpi: MPI function names whose calls always stay with MPI"},
     {V::mpi_verbose, "CHORUS_MPI_VERBOSE", "0",
      "libchorus_pmpi: 1 prints what Chorus took over at MPI_Finalize"},
     {V::rank, "CHORUS_RANK", "", "this process's rank"},

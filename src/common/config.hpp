@@ -21,6 +21,7 @@ enum class Variable {
   debug,
   job_id,
   mpi_min_bytes,
+  mpi_pass,
   mpi_verbose,
   rank,
   secret,
