@@ -82,10 +82,17 @@ int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype dataty
   if (r != Route::chorus)
     return request ? PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request)
                    : PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+  const std::size_t n = taken.elements(count);
+  // The commonest call of all, a blocking AllReduce of a predefined type,
+  // goes straight to Chorus: staging costs it about 0.15 us at 8 bytes.
+  if (request == nullptr && taken.info.dense)
+    return on_chorus(it, comm, kCollectiveNames[c], [&] {
+      taken.chorus->allreduce(in_place(sendbuf) ? recvbuf : sendbuf, recvbuf, n, taken.type,
+                              taken.op);
+    });
   const Staged recv(recvbuf, count, datatype, taken.info);
   const Staged send =
       in_place(sendbuf) ? recv : Staged(const_cast<void*>(sendbuf), count, datatype, taken.info);
-  const std::size_t n = taken.elements(count);
   return run(
       it, comm, kCollectiveNames[c], request,
       [&](bool async) {
