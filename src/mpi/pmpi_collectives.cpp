@@ -10,7 +10,6 @@
 #include <vector>
 
 using namespace chorus::pmpi;
-using chorus::Communicator;
 
 namespace {
 

@@ -71,7 +71,6 @@ class Staged {
          const TypeInfo& info);
 
   std::byte* data() const { return data_; }
-  bool staged() const { return copy_ != nullptr; }
   std::size_t bytes() const;  // of all blocks (as Chorus sees them)
   std::size_t block_bytes(int j) const;
   std::size_t block_offset(int j) const;  // in data()
