@@ -48,14 +48,13 @@ void allgather_bruck(const Collective& c, const void* send, void* recv, std::siz
 
 void allgatherv(const Collective& c, const void* send, void* recv, const BlockLayout& blocks,
                 DataType type, unsigned phase) {
-  const int r = c.transport.rank();
-  const std::size_t esize = size_of(type);
-  auto* out = static_cast<std::byte*>(recv);
-  std::byte* own = out + blocks.offset(r, esize);
-  if (blocks.bytes(r, esize) && own != send) std::memcpy(own, send, blocks.bytes(r, esize));
   const bool all_empty = std::all_of(blocks.counts.begin(), blocks.counts.end(),
                                      [](std::size_t n) { return n == 0; });
-  if (!all_empty) ring_allgather(c, blocks, esize, out, 0, phase);
+  // The ring copies this rank's block from `send` into place itself, while
+  // its first messages are in flight.
+  if (!all_empty)
+    ring_allgather(c, blocks, size_of(type), static_cast<std::byte*>(recv), 0, phase,
+                   static_cast<const std::byte*>(send));
 }
 
 }  // namespace chorus::coll

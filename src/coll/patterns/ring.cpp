@@ -108,10 +108,16 @@ void ring_reduce_scatter(const Collective& c, const RingReduceScatter& ring) {
 }
 
 void ring_allgather(const Collective& c, const BlockLayout& blocks, std::size_t esize,
-                    std::byte* buffer, int start, unsigned phase) {
+                    std::byte* buffer, int start, unsigned phase, const std::byte* own) {
   transport::Transport& t = c.transport;
   const int p = t.size(), r = t.rank();
-  if (p == 1) return;
+  const int first = ((r + start) % p + p) % p;
+  std::byte* own_place = buffer + blocks.offset(first, esize);
+  if (own == own_place) own = nullptr;
+  const auto copy_own = [&] {
+    if (own != nullptr && blocks.bytes(first, esize)) std::memcpy(own_place, own, blocks.bytes(first, esize));
+  };
+  if (p == 1) return copy_own();
   const Segments seg = segments_for(c, blocks, esize, "allgather ring");
   const int next = (r + 1) % p, prev = (r - 1 + p) % p;
   auto block_of = [&](int x) { return ((x % p) + p) % p; };
@@ -121,10 +127,10 @@ void ring_allgather(const Collective& c, const BlockLayout& blocks, std::size_t 
   };
   std::vector<transport::RequestPtr> sends;
   {
-    const int j = block_of(r + start);
-    for (std::size_t s = 0; s < seg.count(n(j)); ++s)
+    const std::byte* from = own != nullptr ? own : own_place;
+    for (std::size_t s = 0; s < seg.count(n(first)); ++s)
       sends.push_back(t.isend(next, c.message_tag(phase, 0, static_cast<unsigned>(s)),
-                              at(j, seg.first(s)), seg.length(n(j), s) * esize));
+                              from + seg.first(s) * esize, seg.length(n(first), s) * esize));
   }
   for (int step = 0; step + 1 < p; ++step) {
     const int j = block_of(r + start - 1 - step);  // arriving this step
@@ -133,6 +139,7 @@ void ring_allgather(const Collective& c, const BlockLayout& blocks, std::size_t 
       receives.push_back(t.irecv(prev, c.message_tag(phase, static_cast<unsigned>(step),
                                                      static_cast<unsigned>(s)),
                                  at(j, seg.first(s)), seg.length(n(j), s) * esize));
+    if (step == 0) copy_own();  // while the first messages are in flight
     for (std::size_t s = 0; s < receives.size(); ++s) {
       c.wait(*receives[s]);
       if (step + 2 < p)  // forward each segment as soon as it is here

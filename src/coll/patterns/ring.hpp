@@ -46,7 +46,11 @@ void ring_reduce_scatter(const Collective& c, const RingReduceScatter& ring);
 
 // Rank r holds block (r + start) % p of `buffer` (laid out by `blocks`,
 // `esize` bytes per element); when it returns every rank holds every block.
+// With `own` set, rank r's block is read from there instead (out of place):
+// it is sent from `own` and copied into `buffer` while the first step's
+// messages are in flight, so the copy costs no step of its own.
 void ring_allgather(const Collective& c, const BlockLayout& blocks, std::size_t esize,
-                    std::byte* buffer, int start, unsigned phase);
+                    std::byte* buffer, int start, unsigned phase,
+                    const std::byte* own = nullptr);
 
 }  // namespace chorus::coll
