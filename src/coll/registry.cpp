@@ -58,6 +58,22 @@ bool shm_one_shot_preferred(std::size_t bytes, int p) {
 // (docs/performance.md); from 3 ranks two-shot wins up to its slots.
 bool shm_two_shot_preferred(std::size_t bytes, int p) { return p > 2 || bytes <= 256 * 1024; }
 
+// Broadcast: the segment costs the root's copy in and every reader's copy
+// out, a tree over cross-memory attach one copy per edge; the segment wins
+// while both copies stay in cache (measured, allreduce_perf -A all, float:
+// p = 2 shm 19 us against tree 36 at 512 KiB, 160 against 85 at 1 MiB;
+// p = 4 216 against 297 at 1 MiB, 411 against 343 at 2 MiB).
+bool shm_broadcast_preferred(std::size_t bytes, int p) {
+  return bytes <= (p <= 2 ? 512 * 1024 : 1024 * 1024);
+}
+// Reduce-scatter of `bytes` in all: at p = 2 the ring (one cross-memory copy
+// of half the input each way) wins from 1 MiB (59-67 us against 113-120);
+// from 3 ranks the segment wins up to its slots (p = 4, 1 MiB: 277 against
+// 327; 2 MiB: even).
+bool shm_reduce_scatter_preferred(std::size_t bytes, int p) {
+  return p > 2 || bytes <= 512 * 1024;
+}
+
 // Across hosts (several ranks on each), from this size the hierarchical
 // AllReduce's traffic (the link bound) beats every flat algorithm
 // (measured in scripts/netlab's lab: docs/performance.md).
@@ -138,7 +154,7 @@ constexpr AlgorithmRow kRows[] = {
      any_p, hierarchical_preferred, allreduce<hierarchical_allreduce>, nullptr, nullptr, true},
 
     {9, K::broadcast, "shm", "shm", "the root's buffer through its slot of the host segment",
-     any_p, always, shm_broadcast, nullptr, whole},
+     any_p, shm_broadcast_preferred, shm_broadcast, nullptr, whole},
     {10, K::broadcast, "chain", "chain", "segments passed along the ring from the root", any_p,
      broadcast_chain_preferred,
      [](const Collective& c, const Operands& o) {
@@ -182,8 +198,8 @@ constexpr AlgorithmRow kRows[] = {
      nullptr, nullptr, true},
 
     {19, K::reduce_scatter, "shm", "shm",
-     "every rank reduces its block from all slots of the host segment", any_p, always,
-     shm_reduce_scatter, nullptr, whole},
+     "every rank reduces its block from all slots of the host segment", any_p,
+     shm_reduce_scatter_preferred, shm_reduce_scatter, nullptr, whole},
     {20, K::reduce_scatter, "recursive_halving", "recursive_halving",
      "recursive halving: log2 p steps (p a power of two)", power_of_two,
      reduce_scatter_halving_preferred,
