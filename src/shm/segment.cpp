@@ -22,12 +22,6 @@
 #include <random>
 #include <thread>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define CHORUS_CPU_RELAX() _mm_pause()
-#else
-#define CHORUS_CPU_RELAX() ((void)0)
-#endif
 
 namespace chorus::shm {
 namespace {
@@ -336,7 +330,7 @@ void Segment::wait_slowly(const std::function<bool()>& ready, transport::Deadlin
       // With more ranks than cores, the rank we wait for may need this core.
       if (oversubscribed_) std::this_thread::yield();
     }
-    CHORUS_CPU_RELAX();
+    cpu_relax();
   }
   Wake& w = Layout::wake(base_);
   // Reading /proc costs microseconds: only a wait that has slept a while looks.

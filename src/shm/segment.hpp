@@ -38,7 +38,20 @@
 #include <string>
 #include <vector>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
 namespace chorus::shm {
+
+// A spinning wait's pause between looks: the line it polls is the one a
+// peer is writing, and back-to-back reads keep taking it away from the
+// writer between its stores.
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#endif
+}
 
 // A slot begins on a cache line with this header; its data follows at once,
 // so that a small call's data (up to 16 bytes) shares the header's line:
@@ -117,8 +130,10 @@ class Segment {
   // announced an abort.
   template <class Ready, class Poll, class What>
   void wait(Ready&& ready, transport::Deadline deadline, Poll&& poll, What&& what) {
-    for (int spins = 0; spins < kFastSpins; ++spins)
+    for (int spins = 0; spins < kFastSpins; ++spins) {
       if (ready()) return;
+      cpu_relax();
+    }
     // Only a wait that did not end at once pays for the type erasure.
     wait_slowly(std::function<bool()>(std::ref(ready)), deadline,
                 std::function<void()>(std::ref(poll)), std::function<std::string()>(std::ref(what)));
