@@ -313,7 +313,7 @@ std::optional<Error> Communicator::Impl::error() const {
   return first_error;
 }
 
-void Communicator::Impl::Count::add(std::uint64_t call_bytes, std::uint64_t ns) noexcept {
+void Communicator::Impl::Count::add(std::uint64_t call_bytes, std::uint64_t call_ticks) noexcept {
   // One writer at a time (run_mutex): plain loads and stores, no locked
   // instructions; atomics so that counters() may read meanwhile.
   auto bump = [](std::atomic<std::uint64_t>& a, std::uint64_t by) {
@@ -321,28 +321,31 @@ void Communicator::Impl::Count::add(std::uint64_t call_bytes, std::uint64_t ns) 
   };
   bump(calls, 1);
   bump(bytes, call_bytes);
-  bump(nanoseconds, ns);
+  bump(ticks, call_ticks);
 }
 
-Counters::Entry Communicator::Impl::Count::read() const noexcept {
+Counters::Entry Communicator::Impl::Count::read(const TickClock& clock) const noexcept {
   return {calls.load(std::memory_order_relaxed), bytes.load(std::memory_order_relaxed),
-          static_cast<double>(nanoseconds.load(std::memory_order_relaxed)) * 1e-9};
+          clock.seconds(ticks.load(std::memory_order_relaxed))};
 }
 
 Counters Communicator::Impl::counters() const {
   Counters c;
-  c.total = total_count.read();
-  for (std::size_t a = 0; a < c.by_algorithm.size(); ++a) c.by_algorithm[a] = count_by_algorithm[a].read();
+  c.total = total_count.read(call_clock);
+  for (std::size_t a = 0; a < c.by_algorithm.size(); ++a)
+    c.by_algorithm[a] = count_by_algorithm[a].read(call_clock);
   return c;
 }
 
 void Communicator::Impl::run(const core::Call& call) {
   std::lock_guard run_lock(run_mutex);
   if (poisoned.load()) throw poisoned_error();
-  const auto start = transport::Clock::now();
+  // Two clocks cheaper than steady_clock's (common/tick_clock.hpp): a small
+  // call's own work is about 100 ns, and steady_clock costs 30 ns a read here.
+  const std::uint64_t start_ticks = call_clock.now();
   const auto deadline =
-      start + std::chrono::duration_cast<transport::Clock::duration>(
-                  std::chrono::duration<double>(timeout_seconds));
+      coarse_steady_now() + std::chrono::duration_cast<transport::Clock::duration>(
+                                std::chrono::duration<double>(timeout_seconds));
   coll::Collective c{*transport, call.sequence, deadline,  nullptr,
                      &abort_requested, &scratch,  host.get(),
                      check_calls ? &call.signature : nullptr, &*topology};
@@ -386,17 +389,17 @@ void Communicator::Impl::run(const core::Call& call) {
     transport->abort(failure.what());  // again is harmless; ends what a bare throw left
     throw failure;
   }
-  const auto ns = static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(transport::Clock::now() - start).count());
+  const std::uint64_t end_ticks = call_clock.now();
+  const std::uint64_t ticks = end_ticks > start_ticks ? end_ticks - start_ticks : 0;  // another core's counter may lag
   const std::uint64_t bytes = call.operands.count * size_of(call.operands.type);
-  total_count.add(bytes, ns);
+  total_count.add(bytes, ticks);
   if (call.kind == coll::CollectiveKind::allreduce)
     count_by_algorithm[static_cast<std::size_t>(
                            call.algorithm->host_slot_need != nullptr ? Algorithm::shared_memory
                            : call.algorithm->across_hosts
                                ? Algorithm::hierarchical
                                : coll::family(static_cast<coll::Variant>(call.algorithm->id)))]
-        .add(bytes, ns);
+        .add(bytes, ticks);
 }
 
 void Communicator::Impl::submit(core::Call call) {

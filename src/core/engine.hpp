@@ -16,6 +16,7 @@
 #include "coll/call_check.hpp"
 #include "coll/registry.hpp"
 #include "coll/selector.hpp"
+#include "common/tick_clock.hpp"
 #include "coll/topology.hpp"
 #include "shm/segment.hpp"
 #include "core/call.hpp"
@@ -154,10 +155,11 @@ struct Communicator::Impl {
   // only; a reader may see a call half counted (calls but not yet its
   // bytes), never a torn number.
   struct Count {
-    std::atomic<std::uint64_t> calls{0}, bytes{0}, nanoseconds{0};
-    void add(std::uint64_t call_bytes, std::uint64_t ns) noexcept;
-    Counters::Entry read() const noexcept;
+    std::atomic<std::uint64_t> calls{0}, bytes{0}, ticks{0};  // ticks: of call_clock
+    void add(std::uint64_t call_bytes, std::uint64_t call_ticks) noexcept;
+    Counters::Entry read(const TickClock& clock) const noexcept;
   };
+  TickClock call_clock;  // times each call for the counters
   Count total_count;
   std::array<Count, kAlgorithmCount> count_by_algorithm;
   // (kind, size class, algorithm) already logged at INFO; under submit_mutex.
