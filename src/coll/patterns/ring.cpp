@@ -94,7 +94,19 @@ void ring_reduce_scatter(const Collective& c, const RingReduceScatter& ring) {
       c.wait(*receives[s]);
       const std::size_t first = seg.first(s), length = seg.length(n(j), s);
       std::byte* sum = dest(j, step) + first * esize;
-      if (length) reduce::reduce(sum, landing(j, step, first), mine(j, first), length, ring.type, ring.op);
+      std::byte* arrived = landing(j, step, first);
+      if (length && arrived == sum) {
+        reduce::reduce(sum, arrived, mine(j, first), length, ring.type, ring.op);
+      } else if (length) {
+        // In place the sum belongs where this rank's input is, in lines a
+        // peer read last (the previous call's allgather). Reducing into them
+        // loads each line shared and then stores to it, two coherence round
+        // trips a line: 4x slower than reducing in the private landing area
+        // and copying over, whose string stores take lines whole (p = 2,
+        // 1 MiB: 190-280 us against 64 us).
+        reduce::reduce(arrived, arrived, mine(j, first), length, ring.type, ring.op);
+        std::memcpy(sum, arrived, length * esize);
+      }
       if (step < last_step)  // forward the partial sum at once: the pipeline
         sends.push_back(t.isend(next, c.message_tag(ring.phase, static_cast<unsigned>(step + 1),
                                                     static_cast<unsigned>(s)),
