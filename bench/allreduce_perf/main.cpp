@@ -259,7 +259,7 @@ class Runner {
   Timing measure(std::size_t count, DataType type, ReduceOp op, bool in_place,
                  const CallOptions& algorithm) {
     const std::size_t bytes = count * size_of(type);
-    call(count, type, op, in_place, algorithm);  // sync, as nccl-tests does
+    warm_up([&] { call(count, type, op, in_place, algorithm); });
     barrier();
     const auto start = Clock::now();
     for (int i = 0; i < o_.iters; ++i)
@@ -367,7 +367,7 @@ class Runner {
     if (!mpi_has(type, op)) return std::nullopt;
     const MPI_Datatype t = mpi_type(type);
     const MPI_Op m = mpi_op(op);
-    call_mpi(count, t, m);
+    warm_up([&] { call_mpi(count, t, m); });
     MPI_Barrier(MPI_COMM_WORLD);
     const auto start = Clock::now();
     for (int i = 0; i < o_.iters * o_.agg_iters; ++i) {
@@ -380,19 +380,19 @@ class Runner {
   }
 #endif
 
+  // Untimed calls before every timed series (at least one: it also syncs the
+  // ranks, as nccl-tests' first call does). nccl-tests warms up only at the
+  // largest and smallest size; here every series is, because on a CPU the
+  // first calls at a new size fault in pages of the buffers, scratch and
+  // shared slots that smaller sizes never touched, and the first series
+  // timed at a size (out of place) paid it alone: up to 4x its steady time.
+  template <class Call>
+  void warm_up(Call&& one) {
+    for (int i = 0; i < std::max(1, o_.warmup_iters); ++i) one();
+  }
+
   void sweep(DataType type, ReduceOp op) {
     const std::size_t esize = size_of(type);
-    // Warm-up at the largest and the smallest size, as nccl-tests does.
-    for (const std::string& a : o_.algorithms)
-      for (std::size_t bytes : {o_.max_bytes, o_.min_bytes})
-        if (runs(rounded(bytes / esize), type, a))
-          for (int i = 0; i < o_.warmup_iters; ++i)
-            call(rounded(bytes / esize), type, op, false, forced(a));
-#if defined(CHORUS_PERF_WITH_MPI)
-    if (o_.mpi && mpi_has(type, op))
-      for (std::size_t bytes : {o_.max_bytes, o_.min_bytes})
-        for (int i = 0; i < o_.warmup_iters; ++i) call_mpi(rounded(bytes / esize), mpi_type(type), mpi_op(op));
-#endif
     for (std::size_t size : o_.sizes()) {
       const std::size_t count = rounded(size / esize);
       for (const std::string& a : o_.algorithms) {

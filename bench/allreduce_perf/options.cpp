@@ -264,7 +264,8 @@ std::string usage(const std::string& program) {
   -i,--stepbytes <size>     add this between sizes (when -f is 1). Default 1M
   -f,--stepfactor <n>       multiply by this between sizes. Default 1 (use -i)
   -n,--iters <n>            timed iterations per size. Default 20
-  -w,--warmup_iters <n>     untimed iterations at the largest and smallest size. Default 5
+  -w,--warmup_iters <n>     untimed iterations before every timed series (nccl-tests: at the
+                            largest and smallest size only). Default 5
   -m,--agg_iters <n>        calls per timed iteration. Default 1
   -N,--run_cycles <n>       repeat the whole sweep n times (0: forever). Default 1
   -c,--check <n>            check the result bit-exactly n times per size (0: #wrong is N/A). Default 1
