@@ -104,18 +104,25 @@ void contribute(const Collective& c, const void* source, std::size_t bytes) {
 
 std::size_t bytes_of(std::size_t count, DataType type) { return count * size_of(type); }
 
-// recv = slot 0 op slot 1 op ... in rank order, every rank alike.
+// recv = slot 0 op slot 1 op ... in rank order, every rank alike. `own`:
+// this rank's data where it is not in its slot (a reduce's root), read in
+// its turn, so it may be recv itself only on ranks 0 and 1 (read before
+// recv is first written).
 void reduce_slots(const Collective& c, void* recv, std::size_t offset, std::size_t count,
-                  std::size_t slot_bytes, DataType type, ReduceOp op) {
+                  std::size_t slot_bytes, DataType type, ReduceOp op,
+                  const void* own = nullptr) {
   const int p = c.host->size();
   const std::size_t bytes = bytes_of(count, type);
-  const std::byte* first = wait_for_data(c, 0, slot_bytes) + offset;
+  const auto data = [&](int q) -> const std::byte* {
+    if (own != nullptr && q == c.host->rank()) return static_cast<const std::byte*>(own) + offset;
+    return wait_for_data(c, q, slot_bytes) + offset;
+  };
+  const std::byte* first = data(0);
   if (p == 1) {
-    if (bytes > 0) std::memmove(recv, first, bytes);
+    if (bytes > 0 && first != recv) std::memmove(recv, first, bytes);
   } else {
-    reduce::reduce(recv, first, wait_for_data(c, 1, slot_bytes) + offset, count, type, op);
-    for (int q = 2; q < p; ++q)
-      reduce::reduce(recv, wait_for_data(c, q, slot_bytes) + offset, count, type, op);
+    reduce::reduce(recv, first, data(1), count, type, op);
+    for (int q = 2; q < p; ++q) reduce::reduce(recv, data(q), count, type, op);
   }
   if (op == ReduceOp::avg && count > 0)
     reduce::divide(recv, count, type, static_cast<std::size_t>(p));
@@ -196,8 +203,17 @@ void shm_two_shot_allreduce(const Collective& c, const Operands& o) {
 
 void shm_reduce(const Collective& c, const Operands& o) {
   const std::size_t bytes = bytes_of(o.count, o.type);
-  contribute(c, o.send, bytes);
-  if (c.host->rank() == o.root) reduce_slots(c, o.recv, 0, o.count, bytes, o.type, o.op);
+  if (c.host->rank() != o.root) {
+    contribute(c, o.send, bytes);
+  } else {
+    // Nobody else reads the root's input: it reduces it from where it is
+    // instead of copying it into its slot first (one copy of the buffer
+    // less on the root, which every other rank waits for), unless in place
+    // on a rank above 1, where recv is written before the root's turn.
+    const bool own_from_input = o.send != o.recv || o.root < 2;
+    contribute(c, own_from_input ? nullptr : o.send, own_from_input ? 0 : bytes);
+    reduce_slots(c, o.recv, 0, o.count, bytes, o.type, o.op, own_from_input ? o.send : nullptr);
+  }
   check_every_signature(c);
 }
 
