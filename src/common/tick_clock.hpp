@@ -4,7 +4,7 @@
 // Why: in a virtual machine steady_clock goes through kvm-clock's vDSO,
 // about 30 ns a read here against 12 ns for the counter, and an 8-byte
 // AllReduce on one host does only about 100 ns of its own work
-// (docs/performance.md "Per-call cost").
+// (docs/performance.md "Third pass").
 //
 // Ticks become seconds at the rate measured against steady_clock between
 // the clock's creation and the conversion, so nothing is calibrated at
