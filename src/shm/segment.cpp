@@ -22,7 +22,6 @@
 #include <random>
 #include <thread>
 
-
 namespace chorus::shm {
 namespace {
 
