@@ -70,6 +70,11 @@ struct Collective {
   // for the shared-memory algorithms (coll/shared_memory.hpp) and the call
   // check. Null otherwise.
   shm::Segment* host = nullptr;
+  // When the ranks are on several hosts: the segment of this rank's host
+  // (its ranks are the host's, by local rank), for
+  // shm_hierarchical_allreduce; every call marks its slot there. Null
+  // otherwise.
+  shm::Segment* own_host = nullptr;
   // This call's signature, when the call check is on: the shared-memory
   // algorithms carry it in their own exchange (they run with check == null).
   const CallSignature* signature = nullptr;

@@ -78,6 +78,13 @@ bool shm_reduce_scatter_preferred(std::size_t bytes, int p) {
 // AllReduce's traffic (the link bound) beats every flat algorithm
 // (measured in scripts/netlab's lab: docs/performance.md).
 bool hierarchical_preferred(std::size_t bytes, int) { return bytes >= kHierarchicalFromBytes; }
+// Across hosts, through each host's own segment (shm_hierarchical_allreduce),
+// by what a leader sends through its link (the buffer to each other host's
+// leader): one step across the links beats the flat algorithms' log2 p
+// steps and the pipelined hierarchical row's while that is small. At 2 hosts
+// it is the link bound itself (measured in the lab, docs/performance.md
+// "Many hosts": 32 KiB 272-274 us against hierarchical's 326-578).
+bool hierarchical_shm_preferred(std::size_t link_bytes, int) { return link_bytes <= 32 << 10; }
 // Allgather: by all p blocks, the same.
 bool hierarchical_allgather_preferred(std::size_t block_bytes, int p) {
   return block_bytes * static_cast<std::size_t>(p) >= kHierarchicalFromBytes;
@@ -153,121 +160,128 @@ constexpr AlgorithmRow kRows[] = {
      "reduce-scatter within each host, AllReduce of each shard across hosts, allgather within",
      any_p, hierarchical_preferred, allreduce<hierarchical_allreduce>, nullptr, nullptr, true},
 
-    {9, K::broadcast, "shm", "shm", "the root's buffer through its slot of the host segment",
+    // Not a Variant: chosen first across hosts while it fits the slots of
+    // each host's own segment and prefers the size.
+    {9, K::allreduce, "hierarchical_shm", "hierarchical",
+     "each host's ranks through their host's segment, one message between host leaders",
+     any_p, hierarchical_shm_preferred, shm_hierarchical_allreduce, nullptr, nullptr, false,
+     shm_hierarchical_need},
+
+    {10, K::broadcast, "shm", "shm", "the root's buffer through its slot of the host segment",
      any_p, shm_broadcast_preferred, shm_broadcast, nullptr, whole},
-    {10, K::broadcast, "chain", "chain", "segments passed along the ring from the root", any_p,
+    {11, K::broadcast, "chain", "chain", "segments passed along the ring from the root", any_p,
      broadcast_chain_preferred,
      [](const Collective& c, const Operands& o) {
        broadcast_chain(c, o.recv, o.count, o.type, o.root);
      }},
-    {11, K::broadcast, "binomial_tree", "binomial_tree", "binomial tree of the whole buffer",
+    {12, K::broadcast, "binomial_tree", "binomial_tree", "binomial tree of the whole buffer",
      any_p, never,
      [](const Collective& c, const Operands& o) {
        broadcast_binomial(c, o.recv, o.count, o.type, o.root);
      }},
 
-    {12, K::reduce, "shm", "shm", "every slot of the host segment reduced at the root, in rank order",
+    {13, K::reduce, "shm", "shm", "every slot of the host segment reduced at the root, in rank order",
      any_p, always, shm_reduce, nullptr, whole},
-    {13, K::reduce, "reduce_scatter_gather", "reduce_scatter_gather",
+    {14, K::reduce, "reduce_scatter_gather", "reduce_scatter_gather",
      "ring reduce-scatter, then a gather at the root", any_p, reduce_scatter_gather_preferred,
      [](const Collective& c, const Operands& o) {
        reduce_scatter_gather(c, o.send, o.recv, o.count, o.type, o.op, o.root);
      }},
-    {14, K::reduce, "binomial_tree", "binomial_tree", "binomial tree towards the root, segmented",
+    {15, K::reduce, "binomial_tree", "binomial_tree", "binomial tree towards the root, segmented",
      any_p, never,
      [](const Collective& c, const Operands& o) {
        reduce_binomial(c, o.send, o.recv, o.count, o.type, o.op, o.root);
      }},
 
-    {15, K::allgather, "shm", "shm", "every block through its rank's slot of the host segment",
+    {16, K::allgather, "shm", "shm", "every block through its rank's slot of the host segment",
      any_p, small_blocks, shm_allgather, nullptr, whole},
-    {16, K::allgather, "bruck", "bruck", "Bruck: ceil(log2 p) steps of growing block sets",
+    {17, K::allgather, "bruck", "bruck", "Bruck: ceil(log2 p) steps of growing block sets",
      any_p, allgather_bruck_preferred,
      [](const Collective& c, const Operands& o) {
        allgather_bruck(c, o.send, o.recv, o.count, o.type);
      }},
-    {17, K::allgather, "ring", "ring", "each block passed once around the ring", any_p, never,
+    {18, K::allgather, "ring", "ring", "each block passed once around the ring", any_p, never,
      [](const Collective& c, const Operands& o) {
        allgatherv(c, o.send, o.recv, BlockLayout::uniform(c.transport.size(), o.count), o.type);
      }},
-    {18, K::allgather, "hierarchical", "hierarchical",
+    {19, K::allgather, "hierarchical", "hierarchical",
      "across hosts by local rank, then within each host", any_p, hierarchical_allgather_preferred,
      [](const Collective& c, const Operands& o) {
        hierarchical_allgather(c, o.send, o.recv, o.count, o.type);
      },
      nullptr, nullptr, true},
 
-    {19, K::reduce_scatter, "shm", "shm",
+    {20, K::reduce_scatter, "shm", "shm",
      "every rank reduces its block from all slots of the host segment", any_p,
      shm_reduce_scatter_preferred, shm_reduce_scatter, nullptr, whole},
-    {20, K::reduce_scatter, "recursive_halving", "recursive_halving",
+    {21, K::reduce_scatter, "recursive_halving", "recursive_halving",
      "recursive halving: log2 p steps (p a power of two)", power_of_two,
      reduce_scatter_halving_preferred,
      [](const Collective& c, const Operands& o) {
        reduce_scatter_halving(c, o.send, o.recv, equal_counts(c, o.count), o.type, o.op);
      }},
-    {21, K::reduce_scatter, "ring", "ring", "partial sums passed around the ring", any_p, never,
+    {22, K::reduce_scatter, "ring", "ring", "partial sums passed around the ring", any_p, never,
      [](const Collective& c, const Operands& o) {
        reduce_scatter_ring(c, o.send, o.recv, equal_counts(c, o.count), o.type, o.op);
      }},
 
-    {22, K::alltoall, "shm", "shm", "every rank's blocks through its slot of the host segment",
+    {23, K::alltoall, "shm", "shm", "every rank's blocks through its slot of the host segment",
      any_p, small_blocks, shm_alltoall, nullptr, every_block},
-    {23, K::alltoall, "bruck", "bruck", "Bruck: ceil(log2 p) steps, blocks packed per step",
+    {24, K::alltoall, "bruck", "bruck", "Bruck: ceil(log2 p) steps, blocks packed per step",
      any_p, alltoall_bruck_preferred,
      [](const Collective& c, const Operands& o) {
        alltoall_bruck(c, o.send, o.recv, o.count, o.type);
      }},
-    {24, K::alltoall, "pairwise", "pairwise", "every pair exchanges once, all posted at once",
+    {25, K::alltoall, "pairwise", "pairwise", "every pair exchanges once, all posted at once",
      any_p, never,
      [](const Collective& c, const Operands& o) {
        alltoall_pairwise(c, o.send, o.recv, o.count, o.type);
      }},
 
-    {25, K::barrier, "shm", "shm", "a flag per rank in the host segment", any_p, always,
+    {26, K::barrier, "shm", "shm", "a flag per rank in the host segment", any_p, always,
      shm_barrier, nullptr, nothing},
-    {26, K::barrier, "dissemination", "dissemination", "ceil(log2 p) rounds of empty messages",
+    {27, K::barrier, "dissemination", "dissemination", "ceil(log2 p) rounds of empty messages",
      any_p, never, [](const Collective& c, const Operands&) { barrier(c); }},
 
-    {27, K::allgatherv, "ring", "ring", "each block passed once around the ring", any_p, never,
+    {28, K::allgatherv, "ring", "ring", "each block passed once around the ring", any_p, never,
      [](const Collective& c, const Operands& o) {
        allgatherv(c, o.send, o.recv, o.recv_blocks, o.type);
      }},
 
-    {28, K::reduce_scatter_v, "recursive_halving", "recursive_halving",
+    {29, K::reduce_scatter_v, "recursive_halving", "recursive_halving",
      "recursive halving: log2 p steps (p a power of two)", power_of_two,
      reduce_scatter_halving_preferred,
      [](const Collective& c, const Operands& o) {
        reduce_scatter_halving(c, o.send, o.recv, o.recv_blocks.counts, o.type, o.op);
      }},
-    {29, K::reduce_scatter_v, "ring", "ring", "partial sums passed around the ring", any_p, never,
+    {30, K::reduce_scatter_v, "ring", "ring", "partial sums passed around the ring", any_p, never,
      [](const Collective& c, const Operands& o) {
        reduce_scatter_ring(c, o.send, o.recv, o.recv_blocks.counts, o.type, o.op);
      }},
 
-    {30, K::alltoallv, "pairwise", "pairwise", "every pair exchanges once, all posted at once",
+    {31, K::alltoallv, "pairwise", "pairwise", "every pair exchanges once, all posted at once",
      any_p, never,
      [](const Collective& c, const Operands& o) {
        alltoallv(c, o.send, o.send_blocks, o.recv, o.recv_blocks, o.type);
      }},
 
-    {31, K::gather, "shm", "shm", "the root reads every rank's slot of the host segment", any_p,
+    {32, K::gather, "shm", "shm", "the root reads every rank's slot of the host segment", any_p,
      small_blocks, shm_gather, nullptr, whole},
-    {32, K::gather, "linear", "linear", "the root receives from every rank at once", any_p, never,
+    {33, K::gather, "linear", "linear", "the root receives from every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
        gatherv(c, o.send, o.count, o.recv, o.recv_blocks, o.type, o.root);
      }},
-    {33, K::gatherv, "linear", "linear", "the root receives from every rank at once", any_p, never,
+    {34, K::gatherv, "linear", "linear", "the root receives from every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
        gatherv(c, o.send, o.count, o.recv, o.recv_blocks, o.type, o.root);
      }},
-    {34, K::scatter, "shm", "shm", "every rank reads its block from the root's slot", any_p,
+    {35, K::scatter, "shm", "shm", "every rank reads its block from the root's slot", any_p,
      small_blocks, shm_scatter, nullptr, every_block},
-    {35, K::scatter, "linear", "linear", "the root sends to every rank at once", any_p, never,
+    {36, K::scatter, "linear", "linear", "the root sends to every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
        scatterv(c, o.send, o.send_blocks, o.recv, o.count, o.type, o.root);
      }},
-    {36, K::scatterv, "linear", "linear", "the root sends to every rank at once", any_p, never,
+    {37, K::scatterv, "linear", "linear", "the root sends to every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
        scatterv(c, o.send, o.send_blocks, o.recv, o.count, o.type, o.root);
      }},
@@ -282,13 +296,14 @@ static_assert(ids_are_indices_and_kinds_in_order(),
               "a row's id is its index, and a collective's rows are contiguous");
 // (By family: a sanitized build cannot compare function pointers at compile
 // time. tests/coll/test_registry.cpp checks which rows carry a formula.)
+constexpr bool is_variant_row(const AlgorithmRow& row) {
+  return row.kind == K::allreduce && row.family != "shm" && row.family != "hierarchical";
+}
 constexpr bool allreduce_rows_are_variants() {
   int rows = 0;
-  for (const AlgorithmRow& row : kRows)
-    rows += row.kind == K::allreduce && row.family != "shm" && !row.across_hosts;
+  for (const AlgorithmRow& row : kRows) rows += is_variant_row(row);
   for (int i = 0; i < kVariantCount; ++i)
-    if (kRows[i].kind != K::allreduce || kRows[i].family == "shm" || kRows[i].across_hosts)
-      return false;
+    if (!is_variant_row(kRows[i])) return false;
   return rows == kVariantCount && kRows[static_cast<int>(Variant::ring)].name == "ring" &&
          kRows[static_cast<int>(Variant::direct_one_shot)].name == "direct_one_shot";
 }
@@ -346,10 +361,15 @@ std::size_t choice_bytes(CollectiveKind kind, const Operands& o, int p) noexcept
 AlgorithmChoice choose_algorithm(CollectiveKind kind, std::string_view forced, std::size_t bytes,
                                  int p, const Selector& allreduce_selector,
                                  std::optional<std::size_t> host_slot_bytes,
-                                 const Topology* topology) {
+                                 const Topology* topology,
+                                 std::optional<std::size_t> own_host_slot_bytes) {
   auto fits_host = [&](const AlgorithmRow& r) {
     return r.host_slot_need != nullptr && host_slot_bytes &&
            r.host_slot_need(bytes, p) <= *host_slot_bytes;
+  };
+  auto fits_own_host = [&](const AlgorithmRow& r) {
+    return r.own_host_need != nullptr && own_host_slot_bytes && topology != nullptr &&
+           r.own_host_need(bytes, p) <= *own_host_slot_bytes;
   };
   const AlgorithmRow* row = nullptr;
   if (!forced.empty() && forced != "auto") {
@@ -383,6 +403,20 @@ AlgorithmChoice choose_algorithm(CollectiveKind kind, std::string_view forced, s
                               *host_slot_bytes));
     }
   }
+  if (row != nullptr && row->own_host_need != nullptr) {
+    if (!own_host_slot_bytes)
+      throw Error(ErrorCode::invalid_argument,
+                  fmt::format("{}: algorithm {} needs ranks on several hosts, each host's ranks "
+                              "sharing a segment (CHORUS_SHM=1), and this communicator has none",
+                              to_string(kind), row->name));
+    if (!fits_own_host(*row))
+      throw Error(ErrorCode::invalid_argument,
+                  fmt::format("{}: algorithm {} writes {} bytes per rank here, more than the "
+                              "per-host segments' {}-byte slots",
+                              to_string(kind), row->name, row->own_host_need(bytes, p),
+                              *own_host_slot_bytes));
+    return {row, 0, "forced"};
+  }
   if (row != nullptr && row->across_hosts) {
     if (topology != nullptr && !topology->uniform())
       throw Error(ErrorCode::invalid_argument,
@@ -394,6 +428,10 @@ AlgorithmChoice choose_algorithm(CollectiveKind kind, std::string_view forced, s
   if (row == nullptr)
     for (const AlgorithmRow& r : rows_of(kind))
       if (fits_host(r) && r.preferred(bytes, p)) return {&r, 0, "host segment"};
+  if (row == nullptr)
+    for (const AlgorithmRow& r : rows_of(kind))
+      if (fits_own_host(r) && r.preferred(bytes * static_cast<std::size_t>(topology->hosts() - 1), p))
+        return {&r, 0, "host segments"};
   const bool hosts_share_work = topology != nullptr && topology->hosts() > 1 &&
                                 topology->uniform() && topology->local_size(0) > 1 &&
                                 hierarchical_link_gain(kind, *topology) >= kHierarchicalMinLinkGain;
@@ -420,7 +458,9 @@ AlgorithmChoice choose_algorithm(CollectiveKind kind, std::string_view forced, s
   const char* reason = messaging == 1 ? "only one" : "threshold";
   const AlgorithmRow* fallback = nullptr;
   for (const AlgorithmRow& r : rows) {
-    if (!r.runs_on(p) || r.host_slot_need != nullptr || r.across_hosts) continue;
+    if (!r.runs_on(p) || r.host_slot_need != nullptr || r.own_host_need != nullptr ||
+        r.across_hosts)
+      continue;
     if (r.preferred(bytes, p)) return {&r, 0, reason};
     fallback = &r;
   }

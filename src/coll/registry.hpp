@@ -76,6 +76,14 @@ struct AlgorithmRow {
   // as many ranks as the others; chosen before the cost model when ranks
   // are on several hosts, several on each, and it prefers the size.
   bool across_hosts = false;
+  // A row through each host's own segment, across hosts
+  // (shm_hierarchical_allreduce): the bytes it writes into a slot for a
+  // call of `bytes`. It runs only where the ranks are on several hosts and
+  // every host has a segment whose slots hold that, and is then chosen
+  // before every other row while it prefers the size, which it is asked
+  // by what a host's leader sends through its link (bytes x (hosts - 1)).
+  // Null for the others.
+  std::size_t (*own_host_need)(std::size_t bytes, int p) = nullptr;
 };
 
 // From this AllReduce size the hierarchical row is chosen across hosts...
@@ -108,7 +116,7 @@ std::size_t choice_bytes(CollectiveKind kind, const Operands& operands, int p) n
 struct AlgorithmChoice {
   const AlgorithmRow* row;
   double predicted_seconds;  // AllReduce only (0 for the others)
-  const char* reason;  // "forced", "host segment", "tuning file", "cost model", "threshold", "only one", "hosts"
+  const char* reason;  // "forced", "host segment", "host segments", "tuning file", "cost model", "threshold", "only one", "hosts"
 };
 // What runs a call: `forced` (a name or family of `kind`'s rows; empty or
 // "auto" for the automatic choice). `host_slot_bytes`: the slot size of the
@@ -119,10 +127,14 @@ struct AlgorithmChoice {
 // slots, or a hierarchical one on hosts of unequal rank counts), naming
 // both. `topology`: which ranks share hosts (null: one host); a
 // hierarchical row that prefers the size is chosen when there are several
-// hosts with several ranks on each ("hosts").
+// hosts with several ranks on each ("hosts"). `own_host_slot_bytes`: the
+// slot size of the per-host segments of a communicator across hosts (none
+// without them); a row through them that fits and prefers the size is
+// chosen before that ("host segments").
 AlgorithmChoice choose_algorithm(CollectiveKind kind, std::string_view forced, std::size_t bytes,
                                  int p, const Selector& allreduce_selector,
                                  std::optional<std::size_t> host_slot_bytes = std::nullopt,
-                                 const Topology* topology = nullptr);
+                                 const Topology* topology = nullptr,
+                                 std::optional<std::size_t> own_host_slot_bytes = std::nullopt);
 
 }  // namespace chorus::coll

@@ -2,6 +2,7 @@
 
 #include "coll/patterns/chunks.hpp"
 #include "coll/registry.hpp"
+#include "coll/topology.hpp"
 #include "reduce/reduce.hpp"
 #include "shm/segment.hpp"
 
@@ -43,14 +44,15 @@ const shm::SlotHeader& wait_for_slot(const Collective& c, int rank) {
   shm::Segment& host = *c.host;
   const shm::SlotHeader& header = host.header(rank, c.sequence);
   host.wait([&] { return host.has_begun(rank, c.sequence); }, c.deadline, abort_poll(c), [&] {
-    return fmt::format("rank {} to begin call #{} (its shared-memory slot)", rank, c.sequence);
+    return fmt::format("rank {} to begin call #{} (its shared-memory slot)", host.comm_rank(rank),
+                       c.sequence);
   });
   const std::uint64_t there = header.sequence.load(std::memory_order_acquire);
   if (there != c.sequence)  // later than this call: not what any rank of this job writes
     throw Error(ErrorCode::peer_failure,
                 fmt::format("rank {}: rank {}'s shared-memory slot holds call #{} during call "
                             "#{}: a broken peer or a foreign segment",
-                            host.rank(), rank, there, c.sequence));
+                            host.comm_rank(host.rank()), host.comm_rank(rank), there, c.sequence));
   return header;
 }
 
@@ -78,7 +80,8 @@ void check_every_signature(const Collective& c) {
     if (high < s || (s == high && q < high_rank)) high = s, high_rank = q;
   }
   if (low != high)
-    throw mismatch_error(c.sequence, low, low_rank, high, high_rank, algorithm_name);
+    throw mismatch_error(c.sequence, low, c.host->comm_rank(low_rank), high,
+                         c.host->comm_rank(high_rank), algorithm_name);
 }
 
 // `rank`'s data for this call, which must be `bytes` long. A signature that
@@ -91,7 +94,8 @@ const std::byte* wait_for_data(const Collective& c, int rank, std::size_t bytes)
     throw Error(ErrorCode::mismatched_collective,
                 fmt::format("rank {}: rank {} wrote {} bytes into its shared-memory slot for call "
                             "#{}, this rank expected {} (the ranks made different calls)",
-                            c.host->rank(), rank, header.bytes, c.sequence, bytes));
+                            c.host->comm_rank(c.host->rank()), c.host->comm_rank(rank),
+                            header.bytes, c.sequence, bytes));
   return c.host->data(rank, c.sequence);
 }
 
@@ -276,6 +280,152 @@ void shm_barrier(const Collective& c, const Operands&) {
   contribute(c, nullptr, 0);
   for (int q = 0; q < c.host->size(); ++q) wait_for_slot(c, q);
   check_every_signature(c);
+}
+
+}  // namespace chorus::coll
+
+namespace chorus::coll {
+namespace {
+
+// The smallest and the largest signature among some ranks, and who made
+// them (communicator ranks; the lowest on ties): what a host's leader tells
+// the other leaders, so that every leader names the same two calls.
+struct Extremes {
+  CallSignature low, high;
+  std::int32_t low_rank = 0, high_rank = 0;
+
+  void add(const CallSignature& s, int rank) {
+    if (s < low || (s == low && rank < low_rank)) low = s, low_rank = rank;
+    if (high < s || (s == high && rank < high_rank)) high = s, high_rank = rank;
+  }
+  void add(const Extremes& e) {
+    add(e.low, e.low_rank);
+    add(e.high, e.high_rank);
+  }
+};
+static_assert(std::is_trivially_copyable_v<Extremes> && sizeof(Extremes) <= 64);
+// A leader's message: its host's Extremes, then (from this offset) its
+// host's partial result.
+constexpr std::size_t kPartialOffset = 64;
+
+}  // namespace
+
+Collective on_own_host(const Collective& c) {
+  Collective own = c;
+  own.host = c.own_host;
+  return own;
+}
+
+std::size_t shm_hierarchical_need(std::size_t bytes, int) { return reduced_offset(bytes) + bytes; }
+
+void shm_hierarchical_allreduce(const Collective& c_all, const Operands& o) {
+  const Collective c = on_own_host(c_all);
+  shm::Segment& host = *c.host;
+  const Topology& topology = *c.topology;
+  const std::size_t bytes = bytes_of(o.count, o.type);
+  const int me = c.transport.rank();
+  std::byte* slot = begin_slot(c);
+  if (host.rank() != 0) {  // not the leader: its input in the slot, the result from the leader's
+    copy_bytes(slot, o.send, bytes);
+    host.publish(c.sequence, bytes);
+    const std::byte* leader = wait_for_data(c, 0, bytes);
+    host.wait([&] { return host.has_done_second(0, c.sequence); }, c.deadline, abort_poll(c), [&] {
+      return fmt::format("rank {} (this host's leader) to finish call #{}", host.comm_rank(0),
+                         c.sequence);
+    });
+    copy_bytes(o.recv, leader + reduced_offset(bytes), bytes);
+    return;
+  }
+  // The leader reads its own input from where it is; its slot says the
+  // size (what the others check) and will hold the result.
+  host.publish(c.sequence, bytes);
+  const int hosts = topology.hosts(), my_host = topology.host_of(me);
+  const std::size_t message = kPartialOffset + bytes;
+  // What a leader may receive: any size this algorithm runs at, so that a
+  // leader that called another count is named, not a truncated receive.
+  const std::size_t capacity = kPartialOffset + host.slot_bytes();
+  std::byte* messages = c.scratch_buffer(0, capacity * static_cast<std::size_t>(hosts));
+  const auto message_of = [&](int h) { return messages + capacity * static_cast<std::size_t>(h); };
+  std::byte* partial = message_of(my_host) + kPartialOffset;
+
+  // This host's calls (every slot's signature) and its partial: the local
+  // ranks' inputs in local-rank order.
+  Extremes extremes;
+  if (c.signature != nullptr) {
+    extremes.low = extremes.high = *c.signature;
+    extremes.low_rank = extremes.high_rank = me;
+  }
+  bool agreed = true;
+  for (int q = 1; q < host.size() && c.signature != nullptr; ++q) {
+    extremes.add(signature_in(wait_for_slot(c, q)), host.comm_rank(q));
+    agreed = extremes.low == extremes.high;
+  }
+  if (agreed) {  // else the sizes may differ: the mismatch is named below, after the exchange
+    if (host.size() == 1) {
+      copy_bytes(partial, o.send, bytes);
+    } else {
+      reduce::reduce(partial, o.send, wait_for_data(c, 1, bytes), o.count, o.type, o.op);
+      for (int q = 2; q < host.size(); ++q)
+        reduce::reduce(partial, wait_for_data(c, q, bytes), o.count, o.type, o.op);
+    }
+  }
+  std::memcpy(message_of(my_host), &extremes, sizeof extremes);
+
+  // Every leader sends its host's message to every other leader: one step
+  // across the links (the sizes this runs at are latency, not bandwidth).
+  // Segment kCheckSegment of phase 0: no algorithm's messages use it, so a
+  // leader that runs another algorithm never takes these for its data.
+  const auto tag = c.message_tag(0, 0, kCheckSegment);
+  std::vector<transport::RequestPtr> receives, sends;
+  for (int h = 0; h < hosts; ++h) {
+    if (h == my_host) continue;
+    const int leader = topology.ranks_on(h).front();
+    receives.push_back(c.transport.irecv(leader, tag, message_of(h), capacity));
+    sends.push_back(c.transport.isend(leader, tag, message_of(my_host), message));
+  }
+  for (const auto& r : receives) {
+    try {
+      c.wait(*r);
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::timeout) throw;
+      throw Error(ErrorCode::timeout,
+                  fmt::format("{} (rank {} leads host {}: it is slow, or its host's ranks called "
+                              "another collective, which is found only at the deadline)",
+                              e.what(), r->peer(), topology.host_name(topology.host_of(r->peer()))));
+    }
+    const auto mismatched_size = [&] {
+      return Error(ErrorCode::mismatched_collective,
+                   fmt::format("rank {}: rank {} (another host's leader) sent {} bytes for call "
+                               "#{}, this rank expected {} (the ranks made different calls)",
+                               me, r->peer(), r->received_bytes(), c.sequence, message));
+    };
+    if (r->received_bytes() < kPartialOffset) throw mismatched_size();
+    Extremes theirs;
+    std::memcpy(&theirs, message_of(topology.host_of(r->peer())), sizeof theirs);
+    if (c.signature != nullptr) extremes.add(theirs);
+    // (When the signatures differ, the mismatch below says more.)
+    if (r->received_bytes() != message && extremes.low == extremes.high) throw mismatched_size();
+  }
+  if (extremes.low != extremes.high)
+    throw mismatch_error(c.sequence, extremes.low, extremes.low_rank, extremes.high,
+                         extremes.high_rank, algorithm_name);
+
+  // Every leader adds the hosts' partials in host order: the same bits on
+  // every host; the other ranks copy them.
+  std::byte* result = slot + reduced_offset(bytes);
+  if (hosts == 1) {
+    copy_bytes(result, partial, bytes);
+  } else {
+    reduce::reduce(result, message_of(0) + kPartialOffset, message_of(1) + kPartialOffset, o.count,
+                   o.type, o.op);
+    for (int h = 2; h < hosts; ++h)
+      reduce::reduce(result, message_of(h) + kPartialOffset, o.count, o.type, o.op);
+  }
+  if (o.op == ReduceOp::avg && o.count > 0)
+    reduce::divide(result, o.count, o.type, static_cast<std::size_t>(c.transport.size()));
+  host.publish_second(c.sequence);
+  copy_bytes(o.recv, result, bytes);
+  c.wait_all(sends);
 }
 
 }  // namespace chorus::coll

@@ -54,6 +54,11 @@ class HostCallCheck final : public CallCheck {
 // is done with the calls before it; shm/segment.hpp).
 void announce_call(const Collective& c);
 
+// `c` with c.own_host as its host segment (what announce_call and the
+// helpers of this file then use): across hosts, the segment of this rank's
+// host, whose ranks are the host's by local rank.
+Collective on_own_host(const Collective& c);
+
 // The shared-memory algorithms (registry rows of family "shm"); c.host must
 // be set, and what each rank writes must fit a slot (host_slot_need()).
 //
@@ -79,5 +84,26 @@ void shm_alltoall(const Collective& c, const Operands& o);
 void shm_gather(const Collective& c, const Operands& o);
 void shm_scatter(const Collective& c, const Operands& o);
 void shm_barrier(const Collective& c, const Operands& o);
+
+// AllReduce across hosts for small buffers, through each host's own
+// segment (c.own_host) and one message between hosts' leaders (local rank
+// 0): every rank writes its buffer into its slot; the leader reduces its
+// host's slots in local-rank order and sends the partial, with the
+// smallest and largest signature of its host, to every other leader; each
+// leader adds the hosts' partials in host order into its slot; its host's
+// ranks copy the result. One latency across the links (a flat algorithm
+// takes log2 p steps and the call check its own rounds), the same bits on
+// every rank, and the call check carried in the same exchange: every rank
+// compares its leader's signature, every leader its host's and the other
+// leaders' extremes. (A mismatch in which whole hosts agree among
+// themselves and some hosts run another algorithm is found at the deadline:
+// their leaders wait for each other's messages.)
+//
+//   host 0: r0 r1 --slots--> leader 0 --partial--> leader 1: P0 + P1 --> r2 r3
+//   host 1: r2 r3 --slots--> leader 1 --partial--> leader 0: P0 + P1 --> r0 r1
+void shm_hierarchical_allreduce(const Collective& c, const Operands& o);
+// What it writes into a leader's slot for a buffer of `bytes` (its result
+// after the input's place): a leader's message is at most a slot's size.
+std::size_t shm_hierarchical_need(std::size_t bytes, int p);
 
 }  // namespace chorus::coll

@@ -7,7 +7,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <bit>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -102,6 +104,62 @@ std::unique_ptr<shm::Segment> attach_host_segment(transport::Transport& t,
   return shm::Segment::attach(t.rank(), t.size(), shm_slot_bytes(t.size()), allgather);
 }
 
+// The slots of each host's own segment across hosts: what
+// shm_hierarchical_allreduce runs at (below kHierarchicalFromBytes) fits.
+constexpr std::size_t kOwnHostSlotBytes = 64 << 10;
+
+// A fixed-size all-gather among the ranks of this rank's host (`members`,
+// ascending; this rank is one), by messages: each sends to each. Its
+// messages use phase 1 of segment kCheckSegment of the set-up's calls
+// (sequence 0), step by step: no other set-up exchange does.
+shm::Allgather own_host_allgather(transport::Transport& t, std::vector<int> members,
+                                  double timeout_seconds, const std::atomic<bool>* abort_requested) {
+  auto exchanges = std::make_shared<unsigned>(0);
+  return [&t, members = std::move(members), timeout_seconds, abort_requested,
+          exchanges](const void* mine, std::size_t bytes, void* out) {
+    const coll::Collective setup{t, 0, transport::deadline_after(timeout_seconds), nullptr,
+                                 abort_requested};
+    const auto tag = setup.message_tag(1, (*exchanges)++ % coll::kMaxSteps, coll::kCheckSegment);
+    std::vector<transport::RequestPtr> requests;
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      auto* slot = static_cast<std::byte*>(out) + i * bytes;
+      if (members[i] == t.rank()) {
+        std::memcpy(slot, mine, bytes);
+        continue;
+      }
+      requests.push_back(t.irecv(members[i], tag, slot, bytes));
+      requests.push_back(t.isend(members[i], tag, mine, bytes));
+    }
+    setup.wait_all(requests);
+  };
+}
+
+// Each host's own segment when the ranks are on several hosts (null
+// otherwise): made among each host's ranks, then kept only when every host
+// has one, so that every rank chooses alike. A topology given by
+// CHORUS_TOPOLOGY is taken at its word here too: its "hosts" get a segment
+// each where their ranks do share a machine.
+std::unique_ptr<shm::Segment> attach_own_host_segment(transport::Transport& t,
+                                                      const coll::Topology& topology,
+                                                      double timeout_seconds,
+                                                      const std::atomic<bool>* abort_requested,
+                                                      const shm::Allgather& allgather) {
+  if (!switch_from_env(config::Variable::shm, true) || topology.hosts() == 1) return nullptr;
+  const std::vector<int>& members = topology.ranks_on(topology.host_of(t.rank()));
+  auto segment = shm::Segment::attach(
+      topology.local_rank(t.rank()), static_cast<int>(members.size()), kOwnHostSlotBytes,
+      own_host_allgather(t, members, timeout_seconds, abort_requested), members);
+  const std::uint8_t mine = segment ? 1 : 0;
+  std::vector<std::uint8_t> all(static_cast<std::size_t>(t.size()));
+  allgather(&mine, 1, all.data());
+  const auto without = std::find(all.begin(), all.end(), 0);
+  if (without == all.end()) return segment;
+  if (t.rank() == 0)
+    log::info("shm: no per-host segments across hosts: {} has none", topology.name_rank(
+        static_cast<int>(without - all.begin())));
+  return nullptr;
+}
+
 // Cost models this process has probed, by what they measured: the
 // transport, the ranks' places on hosts, the host segment, the call check.
 // A new communicator whose every rank has probed one for its key takes rank
@@ -183,6 +241,8 @@ Communicator::Impl::Impl(std::unique_ptr<transport::Transport> t,
   topology = coll::discover_topology(transport->rank(), transport->size(), allgather,
                                      config::get(config::Variable::topology));
   host = attach_host_segment(*transport, *topology, allgather);
+  own_host = attach_own_host_segment(*transport, *topology, timeout_seconds, &abort_requested,
+                                     allgather);
   // Threads share the log; a split communicator's rank is not the process's.
   if (transport->name() != "local" && !split) log::set_rank(transport->rank());
 
@@ -245,7 +305,8 @@ coll::AlgorithmChoice Communicator::Impl::choose(coll::CollectiveKind kind,
   if (name.empty()) name = communicator_choice[k];
   return coll::choose_algorithm(kind, name, bytes, transport->size(), *selector,
                                 host ? std::optional(host->slot_bytes()) : std::nullopt,
-                                &*topology);
+                                &*topology,
+                                own_host ? std::optional(own_host->slot_bytes()) : std::nullopt);
 }
 
 core::Call Communicator::Impl::make_call(coll::CollectiveKind kind, const core::CallArgs& args,
@@ -347,7 +408,7 @@ void Communicator::Impl::run(const core::Call& call) {
       coarse_steady_now() + std::chrono::duration_cast<transport::Clock::duration>(
                                 std::chrono::duration<double>(timeout_seconds));
   coll::Collective c{*transport, call.sequence, deadline,  nullptr,
-                     &abort_requested, &scratch,  host.get(),
+                     &abort_requested, &scratch,  host.get(), own_host.get(),
                      check_calls ? &call.signature : nullptr, &*topology};
   // Declared outside the try: a posted receive must not outlive its
   // buffer, and the transport is aborted in the catch before it goes.
@@ -360,9 +421,12 @@ void Communicator::Impl::run(const core::Call& call) {
     if (host && call.algorithm->host_slot_need == nullptr) {
       if (check_calls) check = &host_check.emplace(c, call.signature, coll::algorithm_name);
       else coll::announce_call(c);
-    } else if (!host && check_calls) {
+    } else if (!host && check_calls && call.algorithm->own_host_need == nullptr) {
       check = &message_check.emplace(c, call.signature, coll::algorithm_name);
     }
+    // Across hosts every call marks its slot in its host's segment (what
+    // lets a slot be reused, and shows a host's ranks what each called).
+    if (own_host && call.algorithm->own_host_need == nullptr) coll::announce_call(coll::on_own_host(c));
     c.check = check;
     call.algorithm->run(c, call.operands);
     if (check) {
@@ -386,6 +450,7 @@ void Communicator::Impl::run(const core::Call& call) {
     }
     log::warn("{}", failure.what());
     if (host) host->announce_abort(failure.what());
+    if (own_host) own_host->announce_abort(failure.what());
     transport->abort(failure.what());  // again is harmless; ends what a bare throw left
     throw failure;
   }
@@ -396,7 +461,7 @@ void Communicator::Impl::run(const core::Call& call) {
   if (call.kind == coll::CollectiveKind::allreduce)
     count_by_algorithm[static_cast<std::size_t>(
                            call.algorithm->host_slot_need != nullptr ? Algorithm::shared_memory
-                           : call.algorithm->across_hosts
+                           : call.algorithm->across_hosts || call.algorithm->own_host_need != nullptr
                                ? Algorithm::hierarchical
                                : coll::family(static_cast<coll::Variant>(call.algorithm->id)))]
         .add(bytes, ticks);
@@ -507,6 +572,7 @@ void Communicator::Impl::abort(const std::string& reason) {
   }
   abort_requested.store(true);
   if (host) host->announce_abort(aborted.what());  // wakes a call sleeping on the segment
+  if (own_host) own_host->announce_abort(aborted.what());
   // A running call sees abort_requested within one wake-up (<= 100 ms) and
   // aborts the transport itself; otherwise it is done here.
   if (std::unique_lock run_lock(run_mutex, std::try_to_lock); run_lock.owns_lock())

@@ -89,6 +89,10 @@ struct Communicator::Impl {
   std::unique_ptr<shm::Segment> host;
   // Which ranks share a host (found at creation, or CHORUS_TOPOLOGY).
   std::optional<coll::Topology> topology;
+  // When the ranks are on several hosts: the memory this rank's host's
+  // ranks share (small AllReduces across hosts, coll/shared_memory.hpp);
+  // null otherwise, or with CHORUS_SHM=0, or when any host has none.
+  std::unique_ptr<shm::Segment> own_host;
   double timeout_seconds;
   Options options;  // as resolved: timeout set, algorithms as given (not CHORUS_ALGO)
 

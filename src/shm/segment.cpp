@@ -143,15 +143,17 @@ int remove_stale_segments() {
 }
 
 std::unique_ptr<Segment> Segment::attach(int rank, int size, std::size_t slot_bytes,
-                                         const Allgather& allgather) {
+                                         const Allgather& allgather, std::vector<int> members) {
   const auto p = static_cast<std::size_t>(size);
   Identity mine{host::identity(), std::random_device{}() * 4294967296ull + std::random_device{}(),
                 slot_bytes, static_cast<std::int32_t>(::getpid()), 0};
+  const auto named = [&](std::size_t r) { return members.empty() ? static_cast<int>(r) : members[r]; };
   std::vector<Identity> all(p);
   allgather(&mine, sizeof mine, all.data());
   for (std::size_t r = 1; r < p; ++r)
     if (all[r].host != all[0].host) {
-      log::info("shm: no host segment: rank {} is on another host than rank 0", r);
+      log::info("shm: no host segment: rank {} is on another host than rank {}", named(r),
+                named(0));
       return nullptr;
     }
   // Ranks may have been given different sizes (CHORUS_SHM_BYTES per rank):
@@ -166,7 +168,7 @@ std::unique_ptr<Segment> Segment::attach(int rank, int size, std::size_t slot_by
     allgather(&my_status, sizeof my_status, status.data());
     for (std::size_t r = 0; r < p; ++r)
       if (status[r] != 0) {
-        log::warn("shm: no host segment: rank {} could not {} {} ({} bytes): {}", r, step, name,
+        log::warn("shm: no host segment: rank {} could not {} {} ({} bytes): {}", named(r), step, name,
                   length, std::strerror(status[r]));
         return false;
       }
@@ -239,21 +241,26 @@ std::unique_ptr<Segment> Segment::attach(int rank, int size, std::size_t slot_by
   if (rank == 0)
     log::info("shm: host segment {} ({} bytes: {} ranks, slots of {} bytes)", name, length, size,
               slot_bytes);
-  return std::unique_ptr<Segment>(new Segment(rank, size, slot_bytes, name, base, length));
+  return std::unique_ptr<Segment>(
+      new Segment(rank, size, slot_bytes, name, base, length, std::move(members)));
 }
 
 Segment::Segment(int rank, int size, std::size_t slot_bytes, std::string name, void* base,
-                 std::size_t length)
+                 std::size_t length, std::vector<int> members)
     : rank_(rank), size_(size), slot_bytes_(slot_bytes), name_(std::move(name)), base_(base),
       length_(length), slots_(static_cast<std::byte*>(base) + slots_offset(size)),
-      slot_stride_(slot_stride(slot_bytes)), oversubscribed_(size > online_cores()) {}
+      slot_stride_(slot_stride(slot_bytes)),
+      // A segment of one host's ranks within a larger communicator yields
+      // too: its leader drives the transport meanwhile, and other "hosts"
+      // may share these cores (namespaces, CHORUS_TOPOLOGY).
+      oversubscribed_(size > online_cores() || !members.empty()), members_(std::move(members)) {}
 
 Segment::~Segment() { ::munmap(base_, length_); }
 
 std::string Segment::describe_writable_wait(int behind, std::uint64_t sequence) const {
   return fmt::format("rank {} to begin call #{} (before rank {}'s call #{} may reuse its "
                      "shared-memory slot)",
-                     behind, sequence - 1, rank_, sequence);
+                     comm_rank(behind), sequence - 1, comm_rank(rank_), sequence);
 }
 
 void Segment::publish(std::uint64_t sequence, std::uint64_t bytes) {
@@ -299,7 +306,7 @@ void Segment::throw_if_aborted() const {
   char text[sizeof notice.reason];
   std::memcpy(text, notice.reason, sizeof text);
   text[sizeof text - 1] = '\0';
-  throw Error(ErrorCode::peer_failure, fmt::format("rank {} failed: {}", who - 1, text));
+  throw Error(ErrorCode::peer_failure, fmt::format("rank {} failed: {}", comm_rank(who - 1), text));
 }
 
 void Segment::check_alive() const {
@@ -312,7 +319,8 @@ void Segment::check_alive() const {
     if (!read_process(record.pid, state, start) || state == 'Z' || state == 'X' ||
         start != record.start_time)
       throw Error(ErrorCode::peer_failure,
-                  fmt::format("rank {} (pid {}) died: its process is gone", r, record.pid));
+                  fmt::format("rank {} (pid {}) died: its process is gone", comm_rank(r),
+                              record.pid));
   }
 }
 
@@ -346,7 +354,7 @@ void Segment::wait_slowly(const std::function<bool()>& ready, transport::Deadlin
     if (now >= deadline)
       throw Error(ErrorCode::timeout,
                   fmt::format("rank {}: timed out after {:.1f} s waiting for {} (shared memory)",
-                              rank_, duration<double>(now - start).count(), what()));
+                              comm_rank(rank_), duration<double>(now - start).count(), what()));
     const std::uint32_t seen = w.word.load(std::memory_order_seq_cst);
     w.sleepers.fetch_add(1, std::memory_order_seq_cst);
     if (!ready()) {  // a publish after this re-check sees sleepers != 0, and bumps `word`

@@ -76,9 +76,13 @@ class Segment {
   // `slot_bytes`. Returns null on every rank (and logs why at INFO) when the
   // ranks are not all on one host (hostname, boot id, network and pid
   // namespaces), or when any rank cannot create or map the segment (logged
-  // at WARN, naming the rank and errno).
+  // at WARN, naming the rank and errno). `members`: when the segment's ranks
+  // are some of a communicator's (one host's, across hosts), the
+  // communicator rank of each, by which messages name them; empty: the
+  // segment's ranks are the communicator's.
   static std::unique_ptr<Segment> attach(int rank, int size, std::size_t slot_bytes,
-                                         const Allgather& allgather);
+                                         const Allgather& allgather,
+                                         std::vector<int> members = {});
   ~Segment();
   Segment(const Segment&) = delete;
   Segment& operator=(const Segment&) = delete;
@@ -87,6 +91,10 @@ class Segment {
   int size() const noexcept { return size_; }
   std::size_t slot_bytes() const noexcept { return slot_bytes_; }
   const std::string& name() const noexcept { return name_; }
+  // The communicator rank of the segment's rank `q` (what messages say).
+  int comm_rank(int q) const noexcept {
+    return members_.empty() ? q : members_[static_cast<std::size_t>(q)];
+  }
 
   SlotHeader& header(int rank, std::uint64_t sequence) const noexcept {
     const std::size_t index = static_cast<std::size_t>(rank) * 2 + (sequence & 1);
@@ -151,7 +159,7 @@ class Segment {
  private:
   struct Layout;
   Segment(int rank, int size, std::size_t slot_bytes, std::string name, void* base,
-          std::size_t length);
+          std::size_t length, std::vector<int> members);
   void wait_slowly(const std::function<bool()>& ready, transport::Deadline deadline,
                    const std::function<void()>& poll, const std::function<std::string()>& what);
   void check_alive() const;
@@ -165,7 +173,8 @@ class Segment {
   const std::size_t length_;
   std::byte* const slots_;          // rank 0's first slot
   const std::size_t slot_stride_;  // from one slot to the next
-  bool oversubscribed_ = false;  // more ranks on the host than cores for them
+  bool oversubscribed_ = false;  // more ranks on the host than cores for them (or see the constructor)
+  const std::vector<int> members_;  // see attach()
 };
 
 // The bytes of a segment for `size` ranks and `slot_bytes` per slot.

@@ -233,15 +233,18 @@ struct Case {
 std::vector<Case> every_row_and_rank_count() {
   std::vector<Case> cases;
   for (const AlgorithmRow& row : coll::registry()) {
+    // (A row through each host's own segment runs only across hosts.)
     for (int p : {1, 2, 3, 4, 5, 8})
-      if (row.runs_on(p)) cases.push_back({row.id, p});
+      if (row.runs_on(p) && row.own_host_need == nullptr) cases.push_back({row.id, p});
     // A hierarchical row on hosts (one host above: its degenerate case):
-    // 2 and 4 hosts of 2, 2 of 3, 3 of 2, hosts interleaved, one rank each.
-    if (row.across_hosts)
+    // 2 and 4 hosts of 2, 2 of 3, 3 of 2, hosts interleaved, one rank each;
+    // the one through the hosts' segments also on hosts of unequal counts.
+    if (row.across_hosts || row.own_host_need != nullptr)
       for (const Case c : {Case{row.id, 4, "2x2"}, Case{row.id, 6, "2x3"}, Case{row.id, 6, "3x2"},
                            Case{row.id, 8, "4x2"}, Case{row.id, 4, "1,0,1,0"},
                            Case{row.id, 3, "3x1"}})
         cases.push_back(c);
+    if (row.own_host_need != nullptr) cases.push_back({row.id, 5, "0,0,1,1,1"});
   }
   return cases;
 }
@@ -262,15 +265,18 @@ class ScopedEnv {
 
 class EveryAlgorithm : public ::testing::TestWithParam<Case> {};
 
-// The largest float32 count whose call a shared-memory row runs on `comm`.
+// The largest float32 count whose call a shared-memory row runs on `comm`
+// (through the host segment, or each host's own).
 std::size_t largest_fitting_count(Communicator& comm, const AlgorithmRow& row) {
-  const std::size_t slot = CommunicatorAccess::engine(comm).host->slot_bytes();
+  const auto& engine = CommunicatorAccess::engine(comm);
+  const std::size_t slot = row.own_host_need ? engine.own_host->slot_bytes() : engine.host->slot_bytes();
+  const auto need = row.own_host_need ? row.own_host_need : row.host_slot_need;
   const int p = comm.size();
   auto fits = [&](std::size_t count) {
     coll::Operands shape;
     shape.count = count;
     shape.type = DataType::float32;
-    return row.host_slot_need(coll::choice_bytes(row.kind, shape, p), p) <= slot;
+    return need(coll::choice_bytes(row.kind, shape, p), p) <= slot;
   };
   std::size_t count = slot / 4;
   while (count > 0 && !fits(count)) --count;
@@ -289,17 +295,19 @@ TEST_P(EveryAlgorithm, MatchesTheSequentialReferenceInEveryTypeAndOp) {
             if (!in_place || has_in_place(row.kind)) check_once(comm, row, count, type, op, in_place);
     // Large enough for every segmenting, pipelining and threshold path (256 KiB-1 MiB);
     // a shared-memory row: the most its slots hold, and one element more is refused.
-    const std::size_t large = row.host_slot_need ? largest_fitting_count(comm, row) : 300001;
+    const bool in_slots = row.host_slot_need || row.own_host_need;
+    const std::size_t large = in_slots ? largest_fitting_count(comm, row) : 300001;
     for (bool in_place : {false, true})
       if (!in_place || has_in_place(row.kind))
         check_once(comm, row, large, DataType::float32, ReduceOp::sum, in_place);
-    if (row.host_slot_need && row.kind != CollectiveKind::barrier) {
+    if (in_slots && row.kind != CollectiveKind::barrier) {
       try {
         check_once(comm, row, large + 1, DataType::float32, ReduceOp::sum, false);
         require(false, "a call beyond the slots ran in shared memory");
       } catch (const Error& e) {
+        const char* names = row.own_host_need ? "per-host segments" : "CHORUS_SHM_BYTES";
         require(e.code() == ErrorCode::invalid_argument &&
-                    std::string(e.what()).find("CHORUS_SHM_BYTES") != std::string::npos,
+                    std::string(e.what()).find(names) != std::string::npos,
                 e.what());
       }
     }
@@ -330,7 +338,8 @@ TEST(Registry, EveryCollectiveHasRowsAndNamesAreUniqueWithinIt) {
       EXPECT_EQ(coll::find_row(kind, row.name), &row);
       EXPECT_EQ(coll::algorithm_name(row.id), row.name);
       EXPECT_EQ(row.cost != nullptr,
-                kind == CollectiveKind::allreduce && !row.host_slot_need && !row.across_hosts)
+                kind == CollectiveKind::allreduce && !row.host_slot_need && !row.across_hosts &&
+                    !row.own_host_need)
           << row.name << ": AllReduce's flat rows that send messages, and only they, carry a "
                          "cost formula";
     }

@@ -6,6 +6,7 @@
 #include "../comm/local_ranks.hpp"
 
 #include "coll/hierarchical.hpp"
+#include "shm/segment.hpp"
 #include "coll/registry.hpp"
 #include "coll/topology.hpp"
 #include "common/host.hpp"
@@ -93,33 +94,84 @@ TEST(Topology, SeveralHostsOfSeveralRanksChooseHierarchicalAndNoHostSegment) {
   const auto outcomes = testing::run_ranks(4, [](Communicator& comm) {
     auto& engine = CommunicatorAccess::engine(comm);
     require(engine.host == nullptr, "a host segment across two (given) hosts");
+    require(engine.own_host != nullptr && engine.own_host->size() == 2 &&
+                engine.own_host->rank() == comm.rank() % 2,
+            "no segment of this rank's (given) host");
     require(engine.choose(coll::CollectiveKind::allgather, "", 4 << 10).row->name == "hierarchical",
             "allgather of 4 x 4 KiB");
-    for (std::size_t bytes : {16 << 10, 64 << 20}) {
+    // Up to 32 KiB through each leader's link: one step through the hosts' segments.
+    for (std::size_t bytes : {8, 4 << 10, 32 << 10}) {
+      const auto choice = engine.choose(coll::CollectiveKind::allreduce, "", bytes);
+      require(choice.row->name == "hierarchical_shm" && std::string(choice.reason) == "host segments",
+              std::to_string(bytes) + " bytes: " + std::string(choice.row->name));
+    }
+    for (std::size_t bytes : {64 << 10, 64 << 20}) {
       const auto choice = engine.choose(coll::CollectiveKind::allreduce, "", bytes);
       require(choice.row->name == "hierarchical" && std::string(choice.reason) == "hosts",
               std::to_string(bytes) + " bytes: " + std::string(choice.row->name));
     }
-    require(engine.choose(coll::CollectiveKind::allreduce, "", 4096).row->name != "hierarchical",
-            "4 KiB: fewer steps win below kHierarchicalFromBytes");
-    std::vector<float> v(coll::kHierarchicalFromBytes / 4, static_cast<float>(comm.rank()));
-    comm.allreduce(std::span<float>(v), ReduceOp::sum);
-    require(v.back() == 6.0f, "the sum");
+    for (std::size_t count : {std::size_t{2}, coll::kHierarchicalFromBytes}) {
+      std::vector<float> v(count, static_cast<float>(comm.rank()));
+      comm.allreduce(std::span<float>(v), ReduceOp::sum);
+      require(v.front() == 6.0f && v.back() == 6.0f, "the sum");
+    }
     const Counters counters = comm.counters();
-    require(counters.by_algorithm[static_cast<int>(Algorithm::hierarchical)].calls == 1,
-            "the call was not counted as hierarchical");
+    require(counters.by_algorithm[static_cast<int>(Algorithm::hierarchical)].calls == 2,
+            "the calls were not counted as hierarchical");
   });
   for (const auto& o : outcomes) EXPECT_FALSE(o.failed) << o.message;
 }
 
-// More pieces than the pipeline holds at once (hierarchical.hpp), random
-// floats: every rank ends with the same bits, in place as out of place,
-// close to the sum in double; small integers: exactly the sum.
+// 4 hosts of 2: a leader sends the buffer to 3 others, so the hosts'
+// segments take AllReduces up to 32 KiB / 3; without segments (CHORUS_SHM=0)
+// none is made and small calls go flat.
+TEST(Topology, HostSegmentsAcrossHostsAreChosenByWhatALeaderSendsAndCanBeTurnedOff) {
+  const ScopedTopology hosts("4x2");
+  auto outcomes = testing::run_ranks(8, [](Communicator& comm) {
+    auto& engine = CommunicatorAccess::engine(comm);
+    require(engine.choose(coll::CollectiveKind::allreduce, "", 8 << 10).row->name == "hierarchical_shm",
+            "8 KiB across 4 hosts");
+    require(engine.choose(coll::CollectiveKind::allreduce, "", 16 << 10).row->name != "hierarchical_shm",
+            "16 KiB across 4 hosts (48 KiB through each leader's link)");
+  });
+  for (const auto& o : outcomes) EXPECT_FALSE(o.failed) << o.message;
+  ::setenv("CHORUS_SHM", "0", 1);
+  outcomes = testing::run_ranks(8, [](Communicator& comm) {
+    auto& engine = CommunicatorAccess::engine(comm);
+    require(engine.own_host == nullptr, "a host's segment with CHORUS_SHM=0");
+    require(engine.choose(coll::CollectiveKind::allreduce, "", 8).row->name != "hierarchical_shm",
+            "8 bytes without segments");
+    try {
+      engine.choose(coll::CollectiveKind::allreduce, "hierarchical_shm", 8);
+      require(false, "hierarchical_shm was forced without segments");
+    } catch (const Error& e) {
+      require(std::string(e.what()).find("needs ranks on several hosts, each host's ranks sharing "
+                                         "a segment") != std::string::npos,
+              e.what());
+    }
+  });
+  ::unsetenv("CHORUS_SHM");
+  for (const auto& o : outcomes) EXPECT_FALSE(o.failed) << o.message;
+}
+
+// More pieces than the pipeline holds at once (hierarchical.hpp), and the
+// small calls through the hosts' segments (also on hosts of unequal rank
+// counts), random floats: every rank ends with the same bits, in place as
+// out of place, close to the sum in double; small integers: exactly the sum.
 TEST(Topology, HierarchicalPipelineOfManyPiecesIsBitIdenticalOnEveryRank) {
-  for (const char* text : {"2x2", "3x2"}) {
-    const ScopedTopology hosts(text);
-    const int p = text[0] == '2' ? 4 : 6;
-    const std::size_t count = 10 * coll::kHierarchicalPieceBytes / 4 + 3;
+  struct Case {
+    const char* topology;
+    int p;
+    const char* algorithm;
+    std::size_t count;
+  };
+  const std::size_t pieces = 10 * coll::kHierarchicalPieceBytes / 4 + 3;
+  for (const Case& test : {Case{"2x2", 4, "hierarchical", pieces}, Case{"3x2", 6, "hierarchical", pieces},
+                           Case{"2x2", 4, "hierarchical_shm", 4001}, Case{"3x2", 6, "hierarchical_shm", 2001},
+                           Case{"0,0,1", 3, "hierarchical_shm", 4001}}) {
+    const ScopedTopology hosts(test.topology);
+    const int p = test.p;
+    const std::size_t count = test.count;
     const auto outcomes = testing::run_ranks(p, [&](Communicator& comm) {
       const auto value = [](int rank, std::size_t i) {
         std::uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ static_cast<std::uint64_t>(rank + 1) * 0xD1B54A32D192ED03ull;
@@ -128,7 +180,7 @@ TEST(Topology, HierarchicalPipelineOfManyPiecesIsBitIdenticalOnEveryRank) {
       };
       std::vector<float> send(count), out(count), in_place(count);
       for (std::size_t i = 0; i < count; ++i) send[i] = in_place[i] = value(comm.rank(), i);
-      const CallOptions hierarchical{Algorithm::hierarchical, ""};
+      const CallOptions hierarchical{Algorithm::automatic, test.algorithm};
       comm.allreduce(send.data(), out.data(), count, DataType::float32, ReduceOp::sum, hierarchical);
       comm.allreduce(in_place.data(), in_place.data(), count, DataType::float32, ReduceOp::sum,
                      hierarchical);
@@ -147,7 +199,8 @@ TEST(Topology, HierarchicalPipelineOfManyPiecesIsBitIdenticalOnEveryRank) {
       comm.allreduce(std::span<std::int32_t>(ints), ReduceOp::sum, hierarchical);
       for (const std::int32_t v : ints) require(v == p * (p + 1) / 2, "the integer sum");
     });
-    for (const auto& o : outcomes) EXPECT_FALSE(o.failed) << text << ": " << o.message;
+    for (const auto& o : outcomes)
+      EXPECT_FALSE(o.failed) << test.topology << " " << test.algorithm << ": " << o.message;
   }
 }
 

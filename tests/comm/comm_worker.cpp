@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -165,11 +166,29 @@ void peer_death_alltoall(Communicator& comm) {
       [&] { comm.alltoall(send.data(), recv.data(), block, DataType::float32); });
 }
 
+// Across hosts (CHORUS_TOPOLOGY "0,1" or "2x2"), the upper half of the
+// ranks (the last host) calls a large AllReduce and the others a small one:
+// whole hosts agree among themselves and take different algorithms. Every
+// rank must still fail.
+void mismatch_hosts(Communicator& comm) {
+  const bool last_host = comm.rank() >= comm.size() / 2;
+  std::vector<float> v(last_host ? static_cast<std::size_t>(1 << 20) : 1000, 1.0f);
+  try {
+    comm.allreduce(std::span<float>(v), ReduceOp::sum);
+  } catch (const Error& e) {
+    std::printf("error (%s): %s\n", std::string(to_string(e.code())).c_str(), e.what());
+    return;
+  }
+  fail("a mismatched allreduce succeeded");
+}
+
 // The last rank is killed between small AllReduces, which go through the
-// host segment: the others are left waiting on its slot and must fail
-// within seconds, naming it.
+// host segment (across hosts, CHORUS_TOPOLOGY: through each host's own
+// segment and its leader's messages): the others are left waiting on its
+// slot or its messages and must fail within seconds, naming it.
 void peer_death_shm(Communicator& comm) {
   const int victim = comm.size() - 1;
+  const bool across_hosts = std::getenv("CHORUS_TOPOLOGY") != nullptr;
   std::vector<float> v(8, 1.0f);
   for (int iteration = 0;; ++iteration) {
     if (comm.rank() == victim && iteration == 3) {
@@ -178,7 +197,9 @@ void peer_death_shm(Communicator& comm) {
       ::raise(SIGKILL);
     }
     try {
-      comm.allreduce(std::span<float>(v), ReduceOp::sum, {Algorithm::shared_memory});
+      comm.allreduce(std::span<float>(v), ReduceOp::sum,
+                     across_hosts ? CallOptions{Algorithm::automatic, "hierarchical_shm"}
+                                  : CallOptions{Algorithm::shared_memory, ""});
     } catch (const Error& e) {
       std::printf("failed_at_ms=%lld\nerror (%s): %s\n", epoch_ms(),
                   std::string(to_string(e.code())).c_str(), e.what());
@@ -373,9 +394,10 @@ int main(int argc, char** argv) {
       {"algorithms", algorithms}, {"async100", async100}, {"mismatch", mismatch},
       {"peer_death", peer_death}, {"timeout", timeout}, {"collectives", collectives},
       {"split", split}, {"peer_death_alltoall", peer_death_alltoall},
-      {"peer_death_shm", peer_death_shm}, {"until_failure", until_failure}};
+      {"peer_death_shm", peer_death_shm}, {"until_failure", until_failure},
+      {"mismatch_hosts", mismatch_hosts}};
   if (argc != 2 || !scenarios.count(argv[1])) {
-    std::fprintf(stderr, "usage: comm_worker algorithms|async100|mismatch|peer_death|timeout|collectives|split|peer_death_alltoall|peer_death_shm|until_failure\n");
+    std::fprintf(stderr, "usage: comm_worker algorithms|async100|mismatch|peer_death|timeout|collectives|split|peer_death_alltoall|peer_death_shm|until_failure|mismatch_hosts\n");
     return 2;
   }
   try {

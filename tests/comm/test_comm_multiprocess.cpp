@@ -119,6 +119,38 @@ TEST_P(CommMultiProcess, KilledPeerWaitedForInSharedMemoryFailsSurvivorsWithinFi
   EXPECT_FALSE(std::filesystem::exists("/dev/shm" + m[1].str())) << m[1].str();
 }
 
+// The same ranks as hosts of their own (CHORUS_TOPOLOGY): small AllReduces
+// go through each host's own segment and its leader's messages.
+const char* given_hosts(int size) { return size == 2 ? "0,1" : size == 3 ? "0,0,1" : "2x2"; }
+
+TEST_P(CommMultiProcess, AcrossGivenHostsMismatchedCountsFailEveryRankNamingBothCalls) {
+  const auto results = run("mismatch", 60, {{"CHORUS_TIMEOUT", "30"}, {"CHORUS_TOPOLOGY", given_hosts(GetParam().size)}});
+  expect_all_passed(results);
+  bool named = false;
+  for (const auto& r : results)
+    named = named || (r.output.find("called allreduce(count=1000, float32, sum, hierarchical_shm)") != std::string::npos &&
+                      r.output.find("rank 1 called allreduce(count=2000, float32, sum, hierarchical_shm)") != std::string::npos);
+  EXPECT_TRUE(named) << testing::describe(results);
+}
+
+// Whole hosts agree among themselves, and the hosts take different
+// algorithms (a small call through the hosts' segments, a large pipelined
+// one): their leaders wait for messages that do not come, so every rank
+// fails at CHORUS_TIMEOUT, naming what it waited for; none hangs.
+TEST_P(CommMultiProcess, AcrossGivenHostsHostsCallingDifferentlyAllFailByTheDeadline) {
+  if (GetParam().size == 3) GTEST_SKIP() << "the halves are not hosts at 0,0,1";
+  const auto start = std::chrono::steady_clock::now();
+  const auto results = run("mismatch_hosts", 60, {{"CHORUS_TIMEOUT", "3"}, {"CHORUS_TOPOLOGY", given_hosts(GetParam().size)}});
+  expect_all_passed(results);
+  for (const auto& r : results) EXPECT_NE(r.output.find("error ("), std::string::npos) << testing::describe(results);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+}
+
+TEST_P(CommMultiProcess, AcrossGivenHostsKilledPeerFailsSurvivorsWithinFiveSeconds) {
+  expect_survivors_failed_naming_the_victim(
+      run("peer_death_shm", 60, {{"CHORUS_TOPOLOGY", given_hosts(GetParam().size)}}), GetParam().size - 1);
+}
+
 TEST_P(CommMultiProcess, RankThatNeverCallsTimesOutNamingTheCall) {
   const auto results = run("timeout", 60, {{"CHORUS_TIMEOUT", "2"}});
   expect_all_passed(results);
