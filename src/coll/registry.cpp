@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <iterator>
 #include <vector>
 
@@ -79,11 +80,12 @@ bool shm_reduce_scatter_preferred(std::size_t bytes, int p) {
 // (measured in scripts/netlab's lab: docs/performance.md).
 bool hierarchical_preferred(std::size_t bytes, int) { return bytes >= kHierarchicalFromBytes; }
 // Across hosts, through each host's own segment (shm_hierarchical_allreduce),
-// by what a leader sends through its link (the buffer to each other host's
-// leader): one step across the links beats the flat algorithms' log2 p
-// steps and the pipelined hierarchical row's while that is small. At 2 hosts
-// it is the link bound itself (measured in the lab, docs/performance.md
-// "Many hosts": 32 KiB 272-274 us against hierarchical's 326-578).
+// by what a leader sends through its link (the buffer once per step of its
+// recursive doubling): fewer steps across the links than the flat
+// algorithms' log2 p and the pipelined hierarchical row's win while that is
+// small. At 2 hosts it is the link bound itself (measured in the lab,
+// docs/performance.md "Many hosts": 32 KiB 272-274 us against
+// hierarchical's 326-578).
 bool hierarchical_shm_preferred(std::size_t link_bytes, int) { return link_bytes <= 32 << 10; }
 // Allgather: by all p blocks, the same.
 bool hierarchical_allgather_preferred(std::size_t block_bytes, int p) {
@@ -430,7 +432,8 @@ AlgorithmChoice choose_algorithm(CollectiveKind kind, std::string_view forced, s
       if (fits_host(r) && r.preferred(bytes, p)) return {&r, 0, "host segment"};
   if (row == nullptr)
     for (const AlgorithmRow& r : rows_of(kind))
-      if (fits_own_host(r) && r.preferred(bytes * static_cast<std::size_t>(topology->hosts() - 1), p))
+      if (fits_own_host(r) &&
+          r.preferred(bytes * std::bit_width(static_cast<unsigned>(topology->hosts() - 1)), p))
         return {&r, 0, "host segments"};
   const bool hosts_share_work = topology != nullptr && topology->hosts() > 1 &&
                                 topology->uniform() && topology->local_size(0) > 1 &&

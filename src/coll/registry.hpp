@@ -81,7 +81,8 @@ struct AlgorithmRow {
   // call of `bytes`. It runs only where the ranks are on several hosts and
   // every host has a segment whose slots hold that, and is then chosen
   // before every other row while it prefers the size, which it is asked
-  // by what a host's leader sends through its link (bytes x (hosts - 1)).
+  // by what a host's leader sends through its link (bytes x its steps,
+  // ceil(log2 hosts)).
   // Null for the others.
   std::size_t (*own_host_need)(std::size_t bytes, int p) = nullptr;
 };

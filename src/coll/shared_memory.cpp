@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include <bit>
 #include <cstring>
 #include <type_traits>
 
@@ -344,9 +345,10 @@ void shm_hierarchical_allreduce(const Collective& c_all, const Operands& o) {
   // What a leader may receive: any size this algorithm runs at, so that a
   // leader that called another count is named, not a truncated receive.
   const std::size_t capacity = kPartialOffset + host.slot_bytes();
-  std::byte* messages = c.scratch_buffer(0, capacity * static_cast<std::size_t>(hosts));
-  const auto message_of = [&](int h) { return messages + capacity * static_cast<std::size_t>(h); };
-  std::byte* partial = message_of(my_host) + kPartialOffset;
+  std::byte* buffers = c.scratch_buffer(0, 3 * capacity);
+  std::byte* mine = buffers;                 // this leader's message: its hosts' partial so far
+  std::byte* theirs = buffers + capacity;    // a partner's
+  std::byte* combined = buffers + 2 * capacity;
 
   // This host's calls (every slot's signature) and its partial: the local
   // ranks' inputs in local-rank order.
@@ -355,35 +357,39 @@ void shm_hierarchical_allreduce(const Collective& c_all, const Operands& o) {
     extremes.low = extremes.high = *c.signature;
     extremes.low_rank = extremes.high_rank = me;
   }
-  bool agreed = true;
-  for (int q = 1; q < host.size() && c.signature != nullptr; ++q) {
+  for (int q = 1; q < host.size() && c.signature != nullptr; ++q)
     extremes.add(signature_in(wait_for_slot(c, q)), host.comm_rank(q));
-    agreed = extremes.low == extremes.high;
-  }
-  if (agreed) {  // else the sizes may differ: the mismatch is named below, after the exchange
+  // While the calls agree; else the sizes may differ: the data is left
+  // alone, and the mismatch named once every leader has every signature.
+  const auto agreed = [&] { return extremes.low == extremes.high; };
+  if (agreed()) {
     if (host.size() == 1) {
-      copy_bytes(partial, o.send, bytes);
+      copy_bytes(mine + kPartialOffset, o.send, bytes);
     } else {
-      reduce::reduce(partial, o.send, wait_for_data(c, 1, bytes), o.count, o.type, o.op);
+      reduce::reduce(mine + kPartialOffset, o.send, wait_for_data(c, 1, bytes), o.count, o.type, o.op);
       for (int q = 2; q < host.size(); ++q)
-        reduce::reduce(partial, wait_for_data(c, q, bytes), o.count, o.type, o.op);
+        reduce::reduce(mine + kPartialOffset, wait_for_data(c, q, bytes), o.count, o.type, o.op);
     }
   }
-  std::memcpy(message_of(my_host), &extremes, sizeof extremes);
 
-  // Every leader sends its host's message to every other leader: one step
-  // across the links (the sizes this runs at are latency, not bandwidth).
-  // Segment kCheckSegment of phase 0: no algorithm's messages use it, so a
-  // leader that runs another algorithm never takes these for its data.
-  const auto tag = c.message_tag(0, 0, kCheckSegment);
-  std::vector<transport::RequestPtr> receives, sends;
-  for (int h = 0; h < hosts; ++h) {
-    if (h == my_host) continue;
-    const int leader = topology.ranks_on(h).front();
-    receives.push_back(c.transport.irecv(leader, tag, message_of(h), capacity));
-    sends.push_back(c.transport.isend(leader, tag, message_of(my_host), message));
-  }
-  for (const auto& r : receives) {
+  // The leaders' exchange: recursive doubling over the largest power of two
+  // of hosts (log2 steps, one message each way per step); a host beyond it
+  // first hands its message to the host `span` below and gets the result
+  // back. Partials combine lower host first, so every leader ends with the
+  // same bits. Segment kCheckSegment of phase 0: no algorithm's messages use
+  // it, so a leader that runs another algorithm never takes these for data.
+  int span = 1;
+  while (span * 2 <= hosts) span *= 2;
+  unsigned step = 0;
+  const auto leader_of = [&](int h) { return topology.ranks_on(h).front(); };
+  const auto send_to = [&](int h) {
+    std::memcpy(mine, &extremes, sizeof extremes);
+    return c.transport.isend(leader_of(h), c.message_tag(0, step, kCheckSegment), mine, message);
+  };
+  // Receives host h's message into `theirs` and takes its signatures.
+  const auto receive_from = [&](int h) {
+    const auto r = c.transport.irecv(leader_of(h), c.message_tag(0, step, kCheckSegment), theirs,
+                                     capacity);
     try {
       c.wait(*r);
     } catch (const Error& e) {
@@ -391,7 +397,7 @@ void shm_hierarchical_allreduce(const Collective& c_all, const Operands& o) {
       throw Error(ErrorCode::timeout,
                   fmt::format("{} (rank {} leads host {}: it is slow, or its host's ranks called "
                               "another collective, which is found only at the deadline)",
-                              e.what(), r->peer(), topology.host_name(topology.host_of(r->peer()))));
+                              e.what(), r->peer(), topology.host_name(h)));
     }
     const auto mismatched_size = [&] {
       return Error(ErrorCode::mismatched_collective,
@@ -400,32 +406,54 @@ void shm_hierarchical_allreduce(const Collective& c_all, const Operands& o) {
                                me, r->peer(), r->received_bytes(), c.sequence, message));
     };
     if (r->received_bytes() < kPartialOffset) throw mismatched_size();
-    Extremes theirs;
-    std::memcpy(&theirs, message_of(topology.host_of(r->peer())), sizeof theirs);
-    if (c.signature != nullptr) extremes.add(theirs);
-    // (When the signatures differ, the mismatch below says more.)
-    if (r->received_bytes() != message && extremes.low == extremes.high) throw mismatched_size();
+    Extremes received;
+    std::memcpy(&received, theirs, sizeof received);
+    if (c.signature != nullptr) extremes.add(received);
+    if (r->received_bytes() != message && agreed()) throw mismatched_size();
+  };
+  // mine = (lower host's partial) op (higher host's).
+  const auto combine = [&](bool mine_is_lower) {
+    if (agreed())
+      reduce::reduce(combined + kPartialOffset, (mine_is_lower ? mine : theirs) + kPartialOffset,
+                     (mine_is_lower ? theirs : mine) + kPartialOffset, o.count, o.type, o.op);
+    std::swap(mine, combined);
+  };
+  const bool folded = my_host >= span, folds_in = my_host + span < hosts;
+  if (folded) {
+    c.wait(*send_to(my_host - span));
+  } else {
+    if (folds_in) {
+      receive_from(my_host + span);
+      combine(true);
+    }
+    for (int bit = 1; bit < span; bit <<= 1) {
+      ++step;
+      const int partner = my_host ^ bit;
+      const auto sent = send_to(partner);
+      receive_from(partner);
+      c.wait(*sent);
+      combine(my_host < partner);
+    }
   }
-  if (extremes.low != extremes.high)
+  step = static_cast<unsigned>(std::countr_zero(static_cast<unsigned>(span))) + 1;
+  transport::RequestPtr result_sent;
+  if (folded) {
+    receive_from(my_host - span);
+    std::swap(mine, theirs);
+  } else if (folds_in) {
+    result_sent = send_to(my_host + span);
+  }
+  if (!agreed())
     throw mismatch_error(c.sequence, extremes.low, extremes.low_rank, extremes.high,
                          extremes.high_rank, algorithm_name);
 
-  // Every leader adds the hosts' partials in host order: the same bits on
-  // every host; the other ranks copy them.
   std::byte* result = slot + reduced_offset(bytes);
-  if (hosts == 1) {
-    copy_bytes(result, partial, bytes);
-  } else {
-    reduce::reduce(result, message_of(0) + kPartialOffset, message_of(1) + kPartialOffset, o.count,
-                   o.type, o.op);
-    for (int h = 2; h < hosts; ++h)
-      reduce::reduce(result, message_of(h) + kPartialOffset, o.count, o.type, o.op);
-  }
+  copy_bytes(result, mine + kPartialOffset, bytes);
   if (o.op == ReduceOp::avg && o.count > 0)
     reduce::divide(result, o.count, o.type, static_cast<std::size_t>(c.transport.size()));
   host.publish_second(c.sequence);
   copy_bytes(o.recv, result, bytes);
-  c.wait_all(sends);
+  if (result_sent) c.wait(*result_sent);
 }
 
 }  // namespace chorus::coll

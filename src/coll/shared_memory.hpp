@@ -86,21 +86,24 @@ void shm_scatter(const Collective& c, const Operands& o);
 void shm_barrier(const Collective& c, const Operands& o);
 
 // AllReduce across hosts for small buffers, through each host's own
-// segment (c.own_host) and one message between hosts' leaders (local rank
-// 0): every rank writes its buffer into its slot; the leader reduces its
-// host's slots in local-rank order and sends the partial, with the
-// smallest and largest signature of its host, to every other leader; each
-// leader adds the hosts' partials in host order into its slot; its host's
-// ranks copy the result. One latency across the links (a flat algorithm
-// takes log2 p steps and the call check its own rounds), the same bits on
-// every rank, and the call check carried in the same exchange: every rank
-// compares its leader's signature, every leader its host's and the other
-// leaders' extremes. (A mismatch in which whole hosts agree among
-// themselves and some hosts run another algorithm is found at the deadline:
-// their leaders wait for each other's messages.)
+// segment (c.own_host) and messages between hosts' leaders (local rank 0
+// of each): every rank writes its buffer into its slot; the leader reduces
+// its host's slots in local-rank order; the leaders combine their hosts'
+// partials by recursive doubling (a host beyond the largest power of two
+// hands its partial to the host that many below and gets the result back),
+// each message carrying the smallest and largest signature seen so far;
+// each leader writes the result into its slot and its host's ranks copy it.
+// ceil(log2 hosts) latencies across the links where a flat algorithm takes
+// log2 p steps and the call check its own rounds; the same bits on every
+// rank (partials combine lower host first); and the call check carried in
+// the same exchange: every rank compares its leader's signature, every
+// leader its host's and, through the messages, every other host's. (A
+// mismatch in which whole hosts agree among themselves and some hosts run
+// another algorithm is found at the deadline: their leaders wait for
+// messages that do not come.)
 //
-//   host 0: r0 r1 --slots--> leader 0 --partial--> leader 1: P0 + P1 --> r2 r3
-//   host 1: r2 r3 --slots--> leader 1 --partial--> leader 0: P0 + P1 --> r0 r1
+//   host 0: r0 r1 --slots--> leader 0 <--partials--> leader 1 <--slots-- r2 r3 :host 1
+//           r0 r1 <--result-- leader 0               leader 1 --result--> r2 r3
 void shm_hierarchical_allreduce(const Collective& c, const Operands& o);
 // What it writes into a leader's slot for a buffer of `bytes` (its result
 // after the input's place): a leader's message is at most a slot's size.

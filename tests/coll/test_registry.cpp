@@ -238,13 +238,16 @@ std::vector<Case> every_row_and_rank_count() {
       if (row.runs_on(p) && row.own_host_need == nullptr) cases.push_back({row.id, p});
     // A hierarchical row on hosts (one host above: its degenerate case):
     // 2 and 4 hosts of 2, 2 of 3, 3 of 2, hosts interleaved, one rank each;
-    // the one through the hosts' segments also on hosts of unequal counts.
+    // the one through the hosts' segments also on hosts of unequal counts
     if (row.across_hosts || row.own_host_need != nullptr)
       for (const Case c : {Case{row.id, 4, "2x2"}, Case{row.id, 6, "2x3"}, Case{row.id, 6, "3x2"},
                            Case{row.id, 8, "4x2"}, Case{row.id, 4, "1,0,1,0"},
                            Case{row.id, 3, "3x1"}})
         cases.push_back(c);
-    if (row.own_host_need != nullptr) cases.push_back({row.id, 5, "0,0,1,1,1"});
+    // (and on 5 and 8 hosts: its leaders' recursive doubling with a fold, and of 3 steps)
+    if (row.own_host_need != nullptr)
+      for (const Case c : {Case{row.id, 5, "0,0,1,1,1"}, Case{row.id, 5, "5x1"}, Case{row.id, 8, "8x1"}})
+        cases.push_back(c);
   }
   return cases;
 }

@@ -122,17 +122,17 @@ TEST(Topology, SeveralHostsOfSeveralRanksChooseHierarchicalAndNoHostSegment) {
   for (const auto& o : outcomes) EXPECT_FALSE(o.failed) << o.message;
 }
 
-// 4 hosts of 2: a leader sends the buffer to 3 others, so the hosts'
-// segments take AllReduces up to 32 KiB / 3; without segments (CHORUS_SHM=0)
-// none is made and small calls go flat.
+// 4 hosts of 2: a leader sends the buffer twice (two steps of recursive
+// doubling), so the hosts' segments take AllReduces up to 16 KiB; without
+// segments (CHORUS_SHM=0) none is made and small calls go flat.
 TEST(Topology, HostSegmentsAcrossHostsAreChosenByWhatALeaderSendsAndCanBeTurnedOff) {
   const ScopedTopology hosts("4x2");
   auto outcomes = testing::run_ranks(8, [](Communicator& comm) {
     auto& engine = CommunicatorAccess::engine(comm);
-    require(engine.choose(coll::CollectiveKind::allreduce, "", 8 << 10).row->name == "hierarchical_shm",
-            "8 KiB across 4 hosts");
-    require(engine.choose(coll::CollectiveKind::allreduce, "", 16 << 10).row->name != "hierarchical_shm",
-            "16 KiB across 4 hosts (48 KiB through each leader's link)");
+    require(engine.choose(coll::CollectiveKind::allreduce, "", 16 << 10).row->name == "hierarchical_shm",
+            "16 KiB across 4 hosts");
+    require(engine.choose(coll::CollectiveKind::allreduce, "", 32 << 10).row->name != "hierarchical_shm",
+            "32 KiB across 4 hosts (64 KiB through each leader's link)");
   });
   for (const auto& o : outcomes) EXPECT_FALSE(o.failed) << o.message;
   ::setenv("CHORUS_SHM", "0", 1);
