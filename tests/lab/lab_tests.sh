@@ -6,6 +6,7 @@
 #   lab_tests.sh BIN_DIR WORKER CASE
 #     collectives TRANSPORT   2 hosts x 2 ranks: every collective's perf tool,
 #                             every result checked, hierarchical AllReduce forced and chosen
+#                             (small sizes: through each host's segment)
 #     host_killed TRANSPORT   a host dies (its pid namespace ends) mid-AllReduce:
 #                             the other host's ranks fail within 5 s naming the peer and its host
 #     link_down TRANSPORT     a host's link goes down mid-AllReduce: every rank fails
@@ -98,7 +99,9 @@ case $case in
       grep -q "Out of bounds values : 0 OK" "$out/rank0" || fail "allreduce -A $algo: wrong results"
       echo "allreduce -A $algo: every result right"
     done
-    grep -q "auto:hierarchical" "$out/rank0" || fail "the automatic choice never took hierarchical across 2 hosts"
+    grep -q "auto:hierarchical " "$out/rank0" || fail "the automatic choice never took hierarchical across 2 hosts"
+    grep -q "auto:hierarchical_shm" "$out/rank0" ||
+      fail "small AllReduces across 2 hosts did not go through the hosts' segments"
     ;;
   host_killed)
     CHORUS_TIMEOUT=60 start_ranks 2 2 90 "$worker" until_failure
