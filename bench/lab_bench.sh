@@ -9,7 +9,9 @@
 #
 # Needs root; brings the lab (NETLAB_NAME, default "chorus") up at RATE
 # (default 1gbit) and down again. CHORUS_TRANSPORT (default tcp) and other
-# CHORUS_* variables reach every rank. LAB_SMALL=0 skips the small sizes.
+# CHORUS_* variables reach every rank. LAB_SMALL=0 skips the small sizes,
+# LAB_LARGE=0 the large ones; LAB_ALGOS (default "auto ring") lists the
+# Chorus algorithms run, each beside MPI_Allreduce.
 set -euo pipefail
 hosts=$1 per_host=$2 runs=$3 out=$4 rate=${5:-1gbit} max=${6:-64M}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -37,14 +39,16 @@ lab_mpirun() {
 }
 
 for run in $(seq "$runs"); do
-  for algo in auto ring; do
+  for algo in ${LAB_ALGOS:-auto ring}; do
     # Small sizes: many iterations; large: few (64 MiB takes ~0.5 s at 1 Gbit/s).
     if [ "${LAB_SMALL:-1}" != 0 ]; then
       lab_mpirun "$perf" -b 8 -e 64K -f 8 -n 200 -w 10 -c 1 -A "$algo" --mpi \
         --csv "$out/${algo}_small_$run.csv" >"$out/${algo}_small_$run.txt"
     fi
-    lab_mpirun "$perf" -b 256K -e "$max" -f 4 -n 5 -w 1 -c 1 -A "$algo" --mpi \
-      --csv "$out/${algo}_large_$run.csv" >"$out/${algo}_large_$run.txt"
+    if [ "${LAB_LARGE:-1}" != 0 ]; then
+      lab_mpirun "$perf" -b 256K -e "$max" -f 4 -n 5 -w 1 -c 1 -A "$algo" --mpi \
+        --csv "$out/${algo}_large_$run.csv" >"$out/${algo}_large_$run.txt"
+    fi
   done
 done
 /usr/bin/python3 "$root/bench/lab_report.py" --hosts "$hosts" --rate "$rate" --plot "$out/busbw.png" "$out" |

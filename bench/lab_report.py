@@ -23,8 +23,10 @@ def rate_bits(text):
 
 
 def read(directory):
-    # times[size][series] -> list of microseconds; algo[size] -> auto's choices
+    # times[size][series] -> list of microseconds; algo[size] -> auto's choices;
+    # speedups[size] -> MPI / auto of each run (measured in the same run)
     times = collections.defaultdict(lambda: collections.defaultdict(list))
+    speedups = collections.defaultdict(list)
     algos = collections.defaultdict(collections.Counter)
     ranks = None
     for path in sorted(glob.glob(os.path.join(directory, "*.csv"))):
@@ -38,7 +40,9 @@ def read(directory):
                     times[size]["mpi"].append(float(r["mpi_time_us"]))
                 if series == "auto":
                     algos[size][r["algo"]] += 1
-    return times, algos, ranks
+                    if r.get("speedup") not in (None, "", "NA") and float(r["speedup"]) > 0:
+                        speedups[size].append(float(r["speedup"]))
+    return times, algos, ranks, speedups
 
 
 def main():
@@ -48,24 +52,27 @@ def main():
     parser.add_argument("--plot")
     parser.add_argument("directory")
     a = parser.parse_args()
-    times, algos, ranks = read(a.directory)
+    times, algos, ranks, speedups = read(a.directory)
     h = a.hosts
     bits = rate_bits(a.rate)
     print(f"# {ranks} ranks on {h} hosts, links {a.rate}; medians of each series' runs;")
-    print("# bound = 2(H-1)/H * bytes * 8 / rate; ratios > 1 mean Chorus (auto) is faster")
+    print("# bound = 2(H-1)/H * bytes * 8 / rate; ratios > 1 mean Chorus (auto) is faster;")
+    print("# run_vs_mpi: the median over runs of MPI / auto, each measured in one run")
     print(f"{'size':>10} {'auto_us':>10} {'ring_us':>10} {'mpi_us':>10} {'bound_us':>10} "
-          f"{'auto/bound':>10} {'vs_mpi':>7} {'vs_ring':>7}  auto's choice")
+          f"{'auto/bound':>10} {'vs_mpi':>7} {'vs_ring':>7} {'run_vs_mpi':>10}  auto's choice")
     rows = []
     for size in sorted(times):
         t = {k: statistics.median(v) for k, v in times[size].items()}
         bound = 2 * (h - 1) / h * size * 8 / bits * 1e6
         auto, ring, mpi = t.get("auto"), t.get("ring"), t.get("mpi")
         choice = algos[size].most_common(1)[0][0] if algos[size] else "-"
+        run_ratio = f"{statistics.median(speedups[size]):.2f}" if speedups[size] else "-"
         rows.append((size, auto, ring, mpi, bound))
         fmt = lambda x: f"{x:>10.1f}" if x is not None else f"{'-':>10}"
         ratio = lambda x, y: f"{x / y:>7.2f}" if x and y else f"{'-':>7}"
         print(f"{size:>10} {fmt(auto)} {fmt(ring)} {fmt(mpi)} {bound:>10.1f} "
-              f"{(auto / bound if auto else 0):>10.2f} {ratio(mpi, auto)} {ratio(ring, auto)}  {choice}")
+              f"{(auto / bound if auto else 0):>10.2f} {ratio(mpi, auto)} {ratio(ring, auto)} "
+              f"{run_ratio:>10}  {choice}")
     if a.plot:
         import matplotlib
         matplotlib.use("Agg")
