@@ -573,7 +573,7 @@ TcpStore::TcpStore(const std::string& host, std::uint16_t port, Deadline deadlin
     : server_(std::move(server)) {
   const bool v6 = host.find(':') != std::string::npos && host.front() != '[';
   url_ = fmt::format("tcp://{}:{}", v6 ? "[" + host + "]" : host, port);
-  const net::SocketAddress address = net::resolve(host, port, "CHORUS_STORE");
+  const net::SocketAddress address = net::resolve(host, port, "CHORUS_STORE", deadline);
   int last_error = 0;
   // Non-blocking connects, so that a server whose SYNs are dropped cannot
   // hold us past the deadline (a blocking connect waits ~2 minutes).

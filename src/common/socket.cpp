@@ -11,7 +11,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
+#include <memory>
+#include <mutex>
+#include <thread>
 
 namespace chorus::net {
 
@@ -44,22 +48,76 @@ std::string SocketAddress::to_string() const {
   return fmt::format("{}:{}", text, port());
 }
 
-SocketAddress resolve(const std::string& host_in, std::uint16_t port, const char* what) {
-  std::string host = host_in;
+namespace {
+
+std::string without_brackets(const std::string& host) {
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
-    host = host.substr(1, host.size() - 2);
+    return host.substr(1, host.size() - 2);
+  return host;
+}
+
+// getaddrinfo's first stream address for `host`; its return code.
+int look_up(const std::string& host, int flags, SocketAddress& address) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = flags;
   addrinfo* found = nullptr;
   const int rc = getaddrinfo(host.c_str(), nullptr, &hints, &found);
-  if (rc != 0 || found == nullptr)
-    throw Error(ErrorCode::invalid_argument,
-                fmt::format("{}: cannot resolve host '{}': {}", what, host_in, gai_strerror(rc)));
-  SocketAddress address;
+  if (rc != 0 || found == nullptr) return rc != 0 ? rc : EAI_NONAME;
   std::memcpy(&address.storage, found->ai_addr, found->ai_addrlen);
   address.length = static_cast<socklen_t>(found->ai_addrlen);
   freeaddrinfo(found);
+  return 0;
+}
+
+Error unresolved(const char* what, const std::string& host, int rc) {
+  return Error(ErrorCode::invalid_argument,
+               fmt::format("{}: cannot resolve host '{}': {}", what, host, gai_strerror(rc)));
+}
+
+}  // namespace
+
+SocketAddress resolve(const std::string& host_in, std::uint16_t port, const char* what) {
+  SocketAddress address;
+  if (const int rc = look_up(without_brackets(host_in), 0, address); rc != 0)
+    throw unresolved(what, host_in, rc);
+  address.set_port(port);
+  return address;
+}
+
+SocketAddress resolve(const std::string& host_in, std::uint16_t port, const char* what,
+                      std::chrono::steady_clock::time_point deadline) {
+  const std::string host = without_brackets(host_in);
+  SocketAddress address;
+  if (look_up(host, AI_NUMERICHOST, address) != 0) {
+    // Shared with the lookup's thread, which may outlive this call.
+    struct Lookup {
+      std::mutex mutex;
+      std::condition_variable done_cv;
+      bool done = false;
+      int rc = 0;
+      SocketAddress address;
+    };
+    auto lookup = std::make_shared<Lookup>();
+    std::thread([lookup, host] {
+      SocketAddress found;
+      const int rc = look_up(host, 0, found);
+      std::lock_guard lock(lookup->mutex);
+      lookup->rc = rc;
+      lookup->address = found;
+      lookup->done = true;
+      lookup->done_cv.notify_all();
+    }).detach();
+    std::unique_lock lock(lookup->mutex);
+    if (!lookup->done_cv.wait_until(lock, deadline, [&] { return lookup->done; }))
+      throw Error(ErrorCode::timeout,
+                  fmt::format("{}: resolving host '{}' did not finish within the timeout (does "
+                              "its name server answer?)",
+                              what, host_in));
+    if (lookup->rc != 0) throw unresolved(what, host_in, lookup->rc);
+    address = lookup->address;
+  }
   address.set_port(port);
   return address;
 }

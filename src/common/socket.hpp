@@ -54,6 +54,13 @@ struct SocketAddress {
 // Resolves "host" (name, IPv4 or IPv6 literal, brackets allowed) and port.
 // Throws chorus::Error (invalid argument) naming `what` when it cannot.
 SocketAddress resolve(const std::string& host, std::uint16_t port, const char* what);
+// The same, bounded by `deadline`: a name (not a literal) is looked up on a
+// thread of its own, since getaddrinfo has no timeout but the resolver's
+// (resolv.conf's, up to minutes when a name server does not answer); past
+// the deadline, chorus::Error (timeout) naming `what` and the host, and the
+// lookup is left to end on its own.
+SocketAddress resolve(const std::string& host, std::uint16_t port, const char* what,
+                      std::chrono::steady_clock::time_point deadline);
 
 // "host:port" / "[v6]:port" -> host, port. Throws chorus::Error naming `what`.
 std::pair<std::string, std::uint16_t> split_host_port(const std::string& text, const char* what);

@@ -264,6 +264,36 @@ TEST(TcpStore, UnreachableStoreIsATimeoutThatSaysWhere) {
   }
 }
 
+// A listener whose queue is full drops new SYNs (Linux), as a firewall
+// does: the client's connect must end at the deadline, not after the
+// kernel's two minutes of SYN retries.
+TEST(TcpStore, AStoreThatDropsConnectionsIsATimeoutAtTheDeadline) {
+  net::SocketAddress a = net::resolve("127.0.0.1", 0, "test");
+  const net::Fd listener = net::listen_on(a, 0);
+  net::Fd filler(::socket(AF_INET, SOCK_STREAM, 0));  // takes the one place in its queue
+  ASSERT_EQ(::connect(filler.get(), a.get(), a.length), 0);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    TcpStore store("127.0.0.1", a.port(), transport::deadline_after(1.0));
+    FAIL() << "connected to a full queue";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::timeout) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cannot reach the store"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
+}
+
+// (A name server that never answers: tests/bootstrap/unanswered_name_server.sh.)
+TEST(Resolve, WithADeadlineLiteralsAndNamesResolveAsWithout) {
+  const auto soon = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  EXPECT_EQ(net::resolve("127.0.0.1", 80, "test", soon).to_string(), "127.0.0.1:80");
+  EXPECT_EQ(net::resolve("[::1]", 81, "test", soon).to_string(), "[::1]:81");
+  EXPECT_EQ(net::resolve("localhost", 82, "test", soon).port(), 82);  // /etc/hosts: no server asked
+  // Already past: a literal still resolves (it needs no lookup).
+  const auto past = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+  EXPECT_EQ(net::resolve("127.0.0.1", 83, "test", past).port(), 83);
+}
+
 TEST(OpenStore, RejectsUnknownSchemesAndRankZeroWithoutAPort) {
   EXPECT_THROW(open_store("redis://x:1", false, transport::deadline_after(1)), Error);
   EXPECT_THROW(open_store("tcp://127.0.0.1:0", true, transport::deadline_after(1)), Error);
