@@ -63,4 +63,17 @@ void hierarchical_allreduce(const Collective& c, const void* send, void* recv, s
 void hierarchical_allgather(const Collective& c, const void* send, void* recv, std::size_t count,
                             DataType type);
 
+// Hierarchical reduce-scatter (equal blocks): within the host, every rank
+// sends each other local rank q the blocks of the ranks of local rank q on
+// every host, and adds what it receives for its own local rank into one
+// partial per host (the host's ranks in local-rank order); across hosts,
+// it sends each other host's partial to that host's rank of its local rank,
+// and adds the hosts' partials of its own block in host order. Each host
+// link carries L(H-1) blocks each way, what must leave a host; a flat ring
+// sends p - 1 along each edge that leaves a host. In pieces, as the
+// allgather. In place (recv at this rank's block of send) is allowed;
+// c.topology as above.
+void hierarchical_reduce_scatter(const Collective& c, const void* send, void* recv,
+                                 std::size_t count, DataType type, ReduceOp op);
+
 }  // namespace chorus::coll

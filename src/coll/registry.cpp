@@ -87,6 +87,11 @@ bool hierarchical_preferred(std::size_t bytes, int) { return bytes >= kHierarchi
 // docs/performance.md "Many hosts": 32 KiB 272-274 us against
 // hierarchical's 326-578).
 bool hierarchical_shm_preferred(std::size_t link_bytes, int) { return link_bytes <= 32 << 10; }
+// Reduce-scatter, by its whole input: measured in the 2 x 2 lab at 1 Gbit/s
+// (against the flat ring, ms): 64 KiB 0.44-0.48 against 0.39-0.43, 512 KiB
+// 2.07 against 3.03-3.11 (the link bound: 2.1), 4-32 MiB within noise of
+// the ring (docs/performance.md "Many hosts").
+bool hierarchical_reduce_scatter_preferred(std::size_t bytes, int) { return bytes >= (256 << 10); }
 // Allgather: by all p blocks, the same.
 bool hierarchical_allgather_preferred(std::size_t block_bytes, int p) {
   return block_bytes * static_cast<std::size_t>(p) >= kHierarchicalFromBytes;
@@ -95,12 +100,13 @@ bool hierarchical_allgather_preferred(std::size_t block_bytes, int p) {
 // How many times more a flat ring in rank order sends through the busiest
 // host link than the hierarchical row: AllReduce's ring sends 2(p-1)/p of
 // the buffer along each edge that leaves a host, the hierarchical
-// 2(H-1)/H through each link; allgather's ring p - 1 blocks per edge, the
-// hierarchical L(H-1). (2 hosts x 2: 1.5; 8 hosts x 2: 1.07.)
+// 2(H-1)/H through each link; allgather's and reduce-scatter's rings p - 1
+// blocks per edge, the hierarchical L(H-1). (2 hosts x 2: 1.5; 8 x 2: 1.07.)
 double hierarchical_link_gain(CollectiveKind kind, const Topology& t) {
   const double p = t.size(), hosts = t.hosts(), per_host = t.local_size(0);
   const double edges = t.ring_edges_leaving_a_host();
-  if (kind == K::allgather) return edges * (p - 1) / (per_host * (hosts - 1));
+  if (kind == K::allgather || kind == K::reduce_scatter)
+    return edges * (p - 1) / (per_host * (hosts - 1));
   return edges * (2 * (p - 1) / p) / (2 * (hosts - 1) / hosts);
 }
 
@@ -216,74 +222,81 @@ constexpr AlgorithmRow kRows[] = {
     {20, K::reduce_scatter, "shm", "shm",
      "every rank reduces its block from all slots of the host segment", any_p,
      shm_reduce_scatter_preferred, shm_reduce_scatter, nullptr, whole},
-    {21, K::reduce_scatter, "recursive_halving", "recursive_halving",
+    {21, K::reduce_scatter, "hierarchical", "hierarchical",
+     "within each host by local rank, then each block's host partials across hosts", any_p,
+     hierarchical_reduce_scatter_preferred,
+     [](const Collective& c, const Operands& o) {
+       hierarchical_reduce_scatter(c, o.send, o.recv, o.count, o.type, o.op);
+     },
+     nullptr, nullptr, true},
+    {22, K::reduce_scatter, "recursive_halving", "recursive_halving",
      "recursive halving: log2 p steps (p a power of two)", power_of_two,
      reduce_scatter_halving_preferred,
      [](const Collective& c, const Operands& o) {
        reduce_scatter_halving(c, o.send, o.recv, equal_counts(c, o.count), o.type, o.op);
      }},
-    {22, K::reduce_scatter, "ring", "ring", "partial sums passed around the ring", any_p, never,
+    {23, K::reduce_scatter, "ring", "ring", "partial sums passed around the ring", any_p, never,
      [](const Collective& c, const Operands& o) {
        reduce_scatter_ring(c, o.send, o.recv, equal_counts(c, o.count), o.type, o.op);
      }},
 
-    {23, K::alltoall, "shm", "shm", "every rank's blocks through its slot of the host segment",
+    {24, K::alltoall, "shm", "shm", "every rank's blocks through its slot of the host segment",
      any_p, small_blocks, shm_alltoall, nullptr, every_block},
-    {24, K::alltoall, "bruck", "bruck", "Bruck: ceil(log2 p) steps, blocks packed per step",
+    {25, K::alltoall, "bruck", "bruck", "Bruck: ceil(log2 p) steps, blocks packed per step",
      any_p, alltoall_bruck_preferred,
      [](const Collective& c, const Operands& o) {
        alltoall_bruck(c, o.send, o.recv, o.count, o.type);
      }},
-    {25, K::alltoall, "pairwise", "pairwise", "every pair exchanges once, all posted at once",
+    {26, K::alltoall, "pairwise", "pairwise", "every pair exchanges once, all posted at once",
      any_p, never,
      [](const Collective& c, const Operands& o) {
        alltoall_pairwise(c, o.send, o.recv, o.count, o.type);
      }},
 
-    {26, K::barrier, "shm", "shm", "a flag per rank in the host segment", any_p, always,
+    {27, K::barrier, "shm", "shm", "a flag per rank in the host segment", any_p, always,
      shm_barrier, nullptr, nothing},
-    {27, K::barrier, "dissemination", "dissemination", "ceil(log2 p) rounds of empty messages",
+    {28, K::barrier, "dissemination", "dissemination", "ceil(log2 p) rounds of empty messages",
      any_p, never, [](const Collective& c, const Operands&) { barrier(c); }},
 
-    {28, K::allgatherv, "ring", "ring", "each block passed once around the ring", any_p, never,
+    {29, K::allgatherv, "ring", "ring", "each block passed once around the ring", any_p, never,
      [](const Collective& c, const Operands& o) {
        allgatherv(c, o.send, o.recv, o.recv_blocks, o.type);
      }},
 
-    {29, K::reduce_scatter_v, "recursive_halving", "recursive_halving",
+    {30, K::reduce_scatter_v, "recursive_halving", "recursive_halving",
      "recursive halving: log2 p steps (p a power of two)", power_of_two,
      reduce_scatter_halving_preferred,
      [](const Collective& c, const Operands& o) {
        reduce_scatter_halving(c, o.send, o.recv, o.recv_blocks.counts, o.type, o.op);
      }},
-    {30, K::reduce_scatter_v, "ring", "ring", "partial sums passed around the ring", any_p, never,
+    {31, K::reduce_scatter_v, "ring", "ring", "partial sums passed around the ring", any_p, never,
      [](const Collective& c, const Operands& o) {
        reduce_scatter_ring(c, o.send, o.recv, o.recv_blocks.counts, o.type, o.op);
      }},
 
-    {31, K::alltoallv, "pairwise", "pairwise", "every pair exchanges once, all posted at once",
+    {32, K::alltoallv, "pairwise", "pairwise", "every pair exchanges once, all posted at once",
      any_p, never,
      [](const Collective& c, const Operands& o) {
        alltoallv(c, o.send, o.send_blocks, o.recv, o.recv_blocks, o.type);
      }},
 
-    {32, K::gather, "shm", "shm", "the root reads every rank's slot of the host segment", any_p,
+    {33, K::gather, "shm", "shm", "the root reads every rank's slot of the host segment", any_p,
      small_blocks, shm_gather, nullptr, whole},
-    {33, K::gather, "linear", "linear", "the root receives from every rank at once", any_p, never,
+    {34, K::gather, "linear", "linear", "the root receives from every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
        gatherv(c, o.send, o.count, o.recv, o.recv_blocks, o.type, o.root);
      }},
-    {34, K::gatherv, "linear", "linear", "the root receives from every rank at once", any_p, never,
+    {35, K::gatherv, "linear", "linear", "the root receives from every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
        gatherv(c, o.send, o.count, o.recv, o.recv_blocks, o.type, o.root);
      }},
-    {35, K::scatter, "shm", "shm", "every rank reads its block from the root's slot", any_p,
+    {36, K::scatter, "shm", "shm", "every rank reads its block from the root's slot", any_p,
      small_blocks, shm_scatter, nullptr, every_block},
-    {36, K::scatter, "linear", "linear", "the root sends to every rank at once", any_p, never,
+    {37, K::scatter, "linear", "linear", "the root sends to every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
        scatterv(c, o.send, o.send_blocks, o.recv, o.count, o.type, o.root);
      }},
-    {37, K::scatterv, "linear", "linear", "the root sends to every rank at once", any_p, never,
+    {38, K::scatterv, "linear", "linear", "the root sends to every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
        scatterv(c, o.send, o.send_blocks, o.recv, o.count, o.type, o.root);
      }},

@@ -99,6 +99,12 @@ TEST(Topology, SeveralHostsOfSeveralRanksChooseHierarchicalAndNoHostSegment) {
             "no segment of this rank's (given) host");
     require(engine.choose(coll::CollectiveKind::allgather, "", 4 << 10).row->name == "hierarchical",
             "allgather of 4 x 4 KiB");
+    require(engine.choose(coll::CollectiveKind::reduce_scatter, "", 256 << 10).row->name ==
+                "hierarchical",
+            "reduce_scatter of 256 KiB in all");
+    require(engine.choose(coll::CollectiveKind::reduce_scatter, "", 64 << 10).row->name !=
+                "hierarchical",
+            "reduce_scatter of 64 KiB in all (the ring is faster there)");
     // Up to 32 KiB through each leader's link: one step through the hosts' segments.
     for (std::size_t bytes : {8, 4 << 10, 32 << 10}) {
       const auto choice = engine.choose(coll::CollectiveKind::allreduce, "", bytes);
@@ -219,7 +225,8 @@ TEST(Topology, OneRankPerHostUnequalHostsOrLittleToGainKeepTheFlatChoice) {
     const ScopedTopology hosts(text);
     const auto outcomes = testing::run_ranks(p, [&](Communicator& comm) {
       auto& engine = CommunicatorAccess::engine(comm);
-      for (const auto kind : {coll::CollectiveKind::allreduce, coll::CollectiveKind::allgather})
+      for (const auto kind : {coll::CollectiveKind::allreduce, coll::CollectiveKind::allgather,
+                              coll::CollectiveKind::reduce_scatter})
         require(engine.choose(kind, "", 64 << 20).row->name != "hierarchical", text);
     });
     for (const auto& o : outcomes) EXPECT_FALSE(o.failed) << text << ": " << o.message;
