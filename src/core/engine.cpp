@@ -413,7 +413,8 @@ void Communicator::Impl::run(const core::Call& call) {
   // Declared outside the try: a posted receive must not outlive its
   // buffer, and the transport is aborted in the catch before it goes.
   // With a host segment the check goes through it (a shared-memory
-  // algorithm carries it in its own exchange); else by messages.
+  // algorithm carries it in its own exchange); else by messages (but
+  // across hosts, hierarchical_shm carries it in its own exchange too).
   std::optional<coll::MessageCallCheck> message_check;
   std::optional<coll::HostCallCheck> host_check;
   coll::CallCheck* check = nullptr;

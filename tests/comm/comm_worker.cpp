@@ -112,9 +112,10 @@ void async100(Communicator& comm) {
   }
 }
 
-// Rank 1 calls with another count: every rank must fail, none may succeed.
-void mismatch(Communicator& comm) {
-  std::vector<float> v(comm.rank() == 1 ? 2000 : 1000, 1.0f);
+// An AllReduce of `count` floats that must fail (the ranks called
+// differently): prints the error; a success is this rank's failure.
+void allreduce_must_fail(Communicator& comm, std::size_t count) {
+  std::vector<float> v(count, 1.0f);
   try {
     comm.allreduce(std::span<float>(v), ReduceOp::sum);
   } catch (const Error& e) {
@@ -123,6 +124,9 @@ void mismatch(Communicator& comm) {
   }
   fail("a mismatched allreduce succeeded");
 }
+
+// Rank 1 calls with another count: every rank must fail, none may succeed.
+void mismatch(Communicator& comm) { allreduce_must_fail(comm, comm.rank() == 1 ? 2000 : 1000); }
 
 // The last rank kills itself in the middle of a large allreduce; the others
 // must fail within seconds, naming it.
@@ -171,15 +175,7 @@ void peer_death_alltoall(Communicator& comm) {
 // whole hosts agree among themselves and take different algorithms. Every
 // rank must still fail.
 void mismatch_hosts(Communicator& comm) {
-  const bool last_host = comm.rank() >= comm.size() / 2;
-  std::vector<float> v(last_host ? static_cast<std::size_t>(1 << 20) : 1000, 1.0f);
-  try {
-    comm.allreduce(std::span<float>(v), ReduceOp::sum);
-  } catch (const Error& e) {
-    std::printf("error (%s): %s\n", std::string(to_string(e.code())).c_str(), e.what());
-    return;
-  }
-  fail("a mismatched allreduce succeeded");
+  allreduce_must_fail(comm, comm.rank() >= comm.size() / 2 ? std::size_t{1} << 20 : 1000);
 }
 
 // The last rank is killed between small AllReduces, which go through the

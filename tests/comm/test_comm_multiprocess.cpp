@@ -53,6 +53,14 @@ long long number_after(const std::string& text, const std::string& key) {
   return std::stoll(m[1]);
 }
 
+// Whether some rank's output holds both texts.
+bool some_output_has(const std::vector<ProcessResult>& results, const std::string& a,
+                     const std::string& b) {
+  return std::any_of(results.begin(), results.end(), [&](const ProcessResult& r) {
+    return r.output.find(a) != std::string::npos && r.output.find(b) != std::string::npos;
+  });
+}
+
 TEST_P(CommMultiProcess, EveryAlgorithmSeveralTypesAndOps) { expect_all_passed(run("algorithms", 240)); }
 
 TEST_P(CommMultiProcess, EveryOtherCollective) { expect_all_passed(run("collectives", 240)); }
@@ -64,11 +72,9 @@ TEST_P(CommMultiProcess, HundredBackToBackAsyncCalls) { expect_all_passed(run("a
 TEST_P(CommMultiProcess, MismatchedCountsFailEveryRankAndOneSaysWhy) {
   const auto results = run("mismatch", 60, {{"CHORUS_TIMEOUT", "30"}});
   expect_all_passed(results);  // each rank saw an error (a success exits 1)
-  bool named = false;
-  for (const auto& r : results)
-    named = named || (r.output.find("called allreduce(count=1000, float32, sum") != std::string::npos &&
-                      r.output.find("rank 1 called allreduce(count=2000, float32, sum") != std::string::npos);
-  EXPECT_TRUE(named) << testing::describe(results);
+  EXPECT_TRUE(some_output_has(results, "called allreduce(count=1000, float32, sum",
+                              "rank 1 called allreduce(count=2000, float32, sum"))
+      << testing::describe(results);
 }
 
 // The victim (the last rank) was killed mid-collective: every survivor
@@ -126,11 +132,9 @@ const char* given_hosts(int size) { return size == 2 ? "0,1" : size == 3 ? "0,0,
 TEST_P(CommMultiProcess, AcrossGivenHostsMismatchedCountsFailEveryRankNamingBothCalls) {
   const auto results = run("mismatch", 60, {{"CHORUS_TIMEOUT", "30"}, {"CHORUS_TOPOLOGY", given_hosts(GetParam().size)}});
   expect_all_passed(results);
-  bool named = false;
-  for (const auto& r : results)
-    named = named || (r.output.find("called allreduce(count=1000, float32, sum, hierarchical_shm)") != std::string::npos &&
-                      r.output.find("rank 1 called allreduce(count=2000, float32, sum, hierarchical_shm)") != std::string::npos);
-  EXPECT_TRUE(named) << testing::describe(results);
+  EXPECT_TRUE(some_output_has(results, "called allreduce(count=1000, float32, sum, hierarchical_shm)",
+                              "rank 1 called allreduce(count=2000, float32, sum, hierarchical_shm)"))
+      << testing::describe(results);
 }
 
 // Whole hosts agree among themselves, and the hosts take different
@@ -154,11 +158,9 @@ TEST_P(CommMultiProcess, AcrossGivenHostsKilledPeerFailsSurvivorsWithinFiveSecon
 TEST_P(CommMultiProcess, RankThatNeverCallsTimesOutNamingTheCall) {
   const auto results = run("timeout", 60, {{"CHORUS_TIMEOUT", "2"}});
   expect_all_passed(results);
-  bool named = false;
-  for (const auto& r : results)
-    named = named || (r.output.find("error (timeout)") != std::string::npos &&
-                      r.output.find("call #1, allreduce(count=1000, float32, sum, ring)") != std::string::npos);
-  EXPECT_TRUE(named) << testing::describe(results);
+  EXPECT_TRUE(some_output_has(results, "error (timeout)",
+                              "call #1, allreduce(count=1000, float32, sum, ring)"))
+      << testing::describe(results);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, CommMultiProcess, ::testing::ValuesIn(cases()),
