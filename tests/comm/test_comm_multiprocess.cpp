@@ -140,14 +140,19 @@ TEST_P(CommMultiProcess, AcrossGivenHostsMismatchedCountsFailEveryRankNamingBoth
 // Whole hosts agree among themselves, and the hosts take different
 // algorithms (a small call through the hosts' segments, a large pipelined
 // one): their leaders wait for messages that do not come, so every rank
-// fails at CHORUS_TIMEOUT, naming what it waited for; none hangs.
+// fails at CHORUS_TIMEOUT (or because a peer did), naming what it waited
+// for; none hangs (run() ends ranks still there after 60 s: a failure).
 TEST_P(CommMultiProcess, AcrossGivenHostsHostsCallingDifferentlyAllFailByTheDeadline) {
   if (GetParam().size == 3) GTEST_SKIP() << "the halves are not hosts at 0,0,1";
-  const auto start = std::chrono::steady_clock::now();
   const auto results = run("mismatch_hosts", 60, {{"CHORUS_TIMEOUT", "3"}, {"CHORUS_TOPOLOGY", given_hosts(GetParam().size)}});
   expect_all_passed(results);
-  for (const auto& r : results) EXPECT_NE(r.output.find("error ("), std::string::npos) << testing::describe(results);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+  for (const auto& r : results)
+    EXPECT_TRUE(r.output.find("error (timeout)") != std::string::npos ||
+                r.output.find("error (peer failure)") != std::string::npos)
+        << testing::describe(results);
+  // The first to time out may be either kind of rank; the others then see it fail.
+  EXPECT_TRUE(some_output_has(results, "error (timeout)", "timed out after"))
+      << testing::describe(results);
 }
 
 TEST_P(CommMultiProcess, AcrossGivenHostsKilledPeerFailsSurvivorsWithinFiveSeconds) {
