@@ -359,7 +359,7 @@ TEST(Registry, AnUnknownOrUnrunnableForcedAlgorithmIsRefusedNamingIt) {
       require(false, "butterfly ran");
     } catch (const Error& e) {
       require(e.code() == ErrorCode::invalid_argument, e.what());
-      require(std::string(e.what()).find("no algorithm 'butterfly' (it has: auto, shm, recursive_halving, ring)") !=
+      require(std::string(e.what()).find("no algorithm 'butterfly' (it has: auto, shm, hierarchical, recursive_halving, ring)") !=
                   std::string::npos, e.what());
     }
     forced.algorithm_name = "recursive_halving";  // needs a power of two
