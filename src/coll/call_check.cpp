@@ -61,10 +61,10 @@ int rounds_for(int p) {
 MessageCallCheck::MessageCallCheck(const Collective& collective, const CallSignature& mine,
                      std::string_view (*name_algorithm)(std::uint8_t))
     : collective_(collective), name_algorithm_(name_algorithm) {
-  static_assert(std::is_trivially_copyable_v<Extremes>);
+  static_assert(std::is_trivially_copyable_v<SignatureExtremes>);
   const int p = collective.transport.size();
   rounds_ = rounds_for(p);
-  seen_ = {mine, mine, collective.transport.rank(), collective.transport.rank()};
+  seen_ = SignatureExtremes::of(mine, collective.transport.rank());
   outgoing_.resize(static_cast<std::size_t>(rounds_));
   if (rounds_ > 0) start_round();
 }
@@ -78,7 +78,7 @@ void MessageCallCheck::start_round() {
   receive_ = t.irecv((r - reach % p + p) % p, tag, &incoming_, sizeof incoming_);
   outgoing_[static_cast<std::size_t>(round_)] = seen_;
   sends_.push_back(t.isend((r + reach) % p, tag, &outgoing_[static_cast<std::size_t>(round_)],
-                           sizeof(Extremes)));
+                           sizeof(SignatureExtremes)));
 }
 
 bool MessageCallCheck::sends_done() const noexcept {
@@ -96,16 +96,7 @@ void MessageCallCheck::poll() {
                               "ranks run different versions of chorus or different collectives",
                               collective_.transport.rank(), receive_->peer(),
                               receive_->received_bytes(), sizeof incoming_));
-    if (incoming_.low < seen_.low ||
-        (incoming_.low == seen_.low && incoming_.low_rank < seen_.low_rank)) {
-      seen_.low = incoming_.low;
-      seen_.low_rank = incoming_.low_rank;
-    }
-    if (seen_.high < incoming_.high ||
-        (incoming_.high == seen_.high && incoming_.high_rank < seen_.high_rank)) {
-      seen_.high = incoming_.high;
-      seen_.high_rank = incoming_.high_rank;
-    }
+    seen_.add(incoming_);
     if (++round_ < rounds_) start_round();
   }
   for (const auto& s : sends_)
@@ -113,20 +104,18 @@ void MessageCallCheck::poll() {
   if (round_ == rounds_) throw_if_mismatched();
 }
 
-Error mismatch_error(std::uint64_t sequence, const CallSignature& low, int low_rank,
-                     const CallSignature& high, int high_rank,
+Error mismatch_error(std::uint64_t sequence, const SignatureExtremes& seen,
                      std::string_view (*name_algorithm)(std::uint8_t)) {
   return Error(ErrorCode::mismatched_collective,
                fmt::format("ranks called different collectives as call #{}: rank {} called {}, "
                            "rank {} called {}",
-                           sequence, low_rank, describe(low, name_algorithm(low.algorithm)),
-                           high_rank, describe(high, name_algorithm(high.algorithm))));
+                           sequence, seen.low_rank, describe(seen.low, name_algorithm(seen.low.algorithm)),
+                           seen.high_rank, describe(seen.high, name_algorithm(seen.high.algorithm))));
 }
 
 void MessageCallCheck::throw_if_mismatched() const {
-  if (seen_.low == seen_.high) return;
-  throw mismatch_error(collective_.sequence, seen_.low, seen_.low_rank, seen_.high,
-                       seen_.high_rank, name_algorithm_);
+  if (seen_.agree()) return;
+  throw mismatch_error(collective_.sequence, seen_, name_algorithm_);
 }
 
 void MessageCallCheck::finish(transport::Deadline deadline) {

@@ -85,10 +85,30 @@ class CallCheck {
   virtual bool finished() const noexcept = 0;
 };
 
-// The Error every kind of check throws for call #`sequence` when `low`
-// (made by `low_rank`) and `high` differ; the same text on every rank.
-Error mismatch_error(std::uint64_t sequence, const CallSignature& low, int low_rank,
-                     const CallSignature& high, int high_rank,
+// The smallest and the largest signature among some ranks, and who made
+// them (the lowest rank on ties): equal exactly when those ranks agree, and
+// merged from any subsets in any order to the same answer, so that every
+// rank that has seen all of them names the same two calls. Every kind of
+// check keeps one (and MessageCallCheck sends it as it is).
+struct SignatureExtremes {
+  CallSignature low, high;
+  std::int32_t low_rank = 0, high_rank = 0;
+
+  static SignatureExtremes of(const CallSignature& s, int rank) { return {s, s, rank, rank}; }
+  void add(const CallSignature& s, int rank) {
+    if (s < low || (s == low && rank < low_rank)) low = s, low_rank = rank;
+    if (high < s || (s == high && rank < high_rank)) high = s, high_rank = rank;
+  }
+  void add(const SignatureExtremes& e) {
+    add(e.low, e.low_rank);
+    add(e.high, e.high_rank);
+  }
+  bool agree() const noexcept { return low == high; }
+};
+
+// The Error every kind of check throws for call #`sequence` when the
+// extremes differ; the same text on every rank.
+Error mismatch_error(std::uint64_t sequence, const SignatureExtremes& seen,
                      std::string_view (*name_algorithm)(std::uint8_t));
 
 class MessageCallCheck final : public CallCheck {
@@ -105,10 +125,6 @@ class MessageCallCheck final : public CallCheck {
   void finish(transport::Deadline deadline) override;
   bool finished() const noexcept override { return round_ == rounds_ && sends_done(); }
  private:
-  struct Extremes {
-    CallSignature low, high;
-    std::int32_t low_rank = 0, high_rank = 0;
-  };
   void start_round();
   bool sends_done() const noexcept;
   void throw_if_mismatched() const;
@@ -116,9 +132,9 @@ class MessageCallCheck final : public CallCheck {
   const Collective& collective_;
   std::string_view (*name_algorithm_)(std::uint8_t);
   int rounds_ = 0, round_ = 0;
-  Extremes seen_;
-  Extremes incoming_;
-  std::vector<Extremes> outgoing_;  // one per round: a send's buffer must live until it is done
+  SignatureExtremes seen_;
+  SignatureExtremes incoming_;
+  std::vector<SignatureExtremes> outgoing_;  // one per round: a send's buffer must live until it is done
   transport::RequestPtr receive_;
   std::vector<transport::RequestPtr> sends_;
 };

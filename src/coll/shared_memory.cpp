@@ -73,16 +73,10 @@ std::byte* begin_slot(const Collective& c) {
 // named, the lowest rank on ties, so that every rank says the same.
 void check_every_signature(const Collective& c) {
   if (c.signature == nullptr) return;
-  CallSignature low = *c.signature, high = low;
-  int low_rank = c.host->rank(), high_rank = low_rank;
-  for (int q = 0; q < c.host->size(); ++q) {
-    const CallSignature s = signature_in(wait_for_slot(c, q));
-    if (s < low || (s == low && q < low_rank)) low = s, low_rank = q;
-    if (high < s || (s == high && q < high_rank)) high = s, high_rank = q;
-  }
-  if (low != high)
-    throw mismatch_error(c.sequence, low, c.host->comm_rank(low_rank), high,
-                         c.host->comm_rank(high_rank), algorithm_name);
+  const shm::Segment& host = *c.host;
+  auto seen = SignatureExtremes::of(*c.signature, host.comm_rank(host.rank()));
+  for (int q = 0; q < host.size(); ++q) seen.add(signature_in(wait_for_slot(c, q)), host.comm_rank(q));
+  if (!seen.agree()) throw mismatch_error(c.sequence, seen, algorithm_name);
 }
 
 // `rank`'s data for this call, which must be `bytes` long. A signature that
@@ -137,9 +131,9 @@ void reduce_slots(const Collective& c, void* recv, std::size_t offset, std::size
 
 HostCallCheck::HostCallCheck(const Collective& collective, const CallSignature& mine,
                              std::string_view (*name_algorithm)(std::uint8_t))
-    : collective_(collective), name_algorithm_(name_algorithm), low_(mine), high_(mine) {
+    : collective_(collective), name_algorithm_(name_algorithm),
+      extremes_(SignatureExtremes::of(mine, collective.host->rank())) {
   shm::Segment& host = *collective.host;
-  low_rank_ = high_rank_ = host.rank();
   begin_slot(collective);
   std::memcpy(host.header(host.rank(), collective.sequence).signature, &mine, sizeof mine);
   host.publish(collective.sequence, 0);
@@ -149,14 +143,11 @@ void HostCallCheck::poll() {
   shm::Segment& host = *collective_.host;
   const int p = host.size();
   while (seen_ < p && host.has_begun(seen_, collective_.sequence)) {
-    const CallSignature s = signature_in(wait_for_slot(collective_, seen_));
-    if (s < low_ || (s == low_ && seen_ < low_rank_)) low_ = s, low_rank_ = seen_;
-    if (high_ < s || (s == high_ && seen_ < high_rank_)) high_ = s, high_rank_ = seen_;
+    extremes_.add(signature_in(wait_for_slot(collective_, seen_)), seen_);
     ++seen_;
   }
-  if (seen_ == p && low_ != high_)
-    throw mismatch_error(collective_.sequence, low_, low_rank_, high_, high_rank_,
-                         name_algorithm_);
+  if (seen_ == p && !extremes_.agree())
+    throw mismatch_error(collective_.sequence, extremes_, name_algorithm_);
   host.throw_if_aborted();
 }
 
@@ -288,24 +279,7 @@ void shm_barrier(const Collective& c, const Operands&) {
 namespace chorus::coll {
 namespace {
 
-// The smallest and the largest signature among some ranks, and who made
-// them (communicator ranks; the lowest on ties): what a host's leader tells
-// the other leaders, so that every leader names the same two calls.
-struct Extremes {
-  CallSignature low, high;
-  std::int32_t low_rank = 0, high_rank = 0;
-
-  void add(const CallSignature& s, int rank) {
-    if (s < low || (s == low && rank < low_rank)) low = s, low_rank = rank;
-    if (high < s || (s == high && rank < high_rank)) high = s, high_rank = rank;
-  }
-  void add(const Extremes& e) {
-    add(e.low, e.low_rank);
-    add(e.high, e.high_rank);
-  }
-};
-static_assert(std::is_trivially_copyable_v<Extremes> && sizeof(Extremes) <= 64);
-// A leader's message: its host's Extremes, then (from this offset) its
+// A leader's message: its host's SignatureExtremes, then (from this offset) its
 // host's partial result.
 constexpr std::size_t kPartialOffset = 64;
 
@@ -352,16 +326,13 @@ void shm_hierarchical_allreduce(const Collective& c_all, const Operands& o) {
 
   // This host's calls (every slot's signature) and its partial: the local
   // ranks' inputs in local-rank order.
-  Extremes extremes;
-  if (c.signature != nullptr) {
-    extremes.low = extremes.high = *c.signature;
-    extremes.low_rank = extremes.high_rank = me;
-  }
+  // (With the check off, all-zero signatures: they always agree.)
+  auto extremes = SignatureExtremes::of(c.signature ? *c.signature : CallSignature{}, me);
   for (int q = 1; q < host.size() && c.signature != nullptr; ++q)
     extremes.add(signature_in(wait_for_slot(c, q)), host.comm_rank(q));
   // While the calls agree; else the sizes may differ: the data is left
   // alone, and the mismatch named once every leader has every signature.
-  const auto agreed = [&] { return extremes.low == extremes.high; };
+  const auto agreed = [&] { return extremes.agree(); };
   if (agreed()) {
     if (host.size() == 1) {
       copy_bytes(mine + kPartialOffset, o.send, bytes);
@@ -406,7 +377,7 @@ void shm_hierarchical_allreduce(const Collective& c_all, const Operands& o) {
                                me, r->peer(), r->received_bytes(), c.sequence, message));
     };
     if (r->received_bytes() < kPartialOffset) throw mismatched_size();
-    Extremes received;
+    SignatureExtremes received;
     std::memcpy(&received, theirs, sizeof received);
     if (c.signature != nullptr) extremes.add(received);
     if (r->received_bytes() != message && agreed()) throw mismatched_size();
@@ -444,8 +415,7 @@ void shm_hierarchical_allreduce(const Collective& c_all, const Operands& o) {
     result_sent = send_to(my_host + span);
   }
   if (!agreed())
-    throw mismatch_error(c.sequence, extremes.low, extremes.low_rank, extremes.high,
-                         extremes.high_rank, algorithm_name);
+    throw mismatch_error(c.sequence, extremes, algorithm_name);
 
   std::byte* result = slot + reduced_offset(bytes);
   copy_bytes(result, mine + kPartialOffset, bytes);

@@ -45,8 +45,7 @@ class HostCallCheck final : public CallCheck {
   const Collective& collective_;
   std::string_view (*name_algorithm_)(std::uint8_t);
   int seen_ = 0;  // ranks whose signature was read, in rank order
-  CallSignature low_, high_;
-  int low_rank_ = 0, high_rank_ = 0;
+  SignatureExtremes extremes_;
 };
 
 // With the call check off, a call whose algorithm sends messages still
