@@ -66,10 +66,38 @@ void handle_notices(UcxTransport::State& s) {
   if (!s.notice_posted) post_notice_receive(s);
 }
 
+// Progresses the worker until it finds nothing more to do (bounded: a
+// busy peer could keep it going for ever).
+void drain(UcxTransport::State& s) {
+  int idle = 0;
+  for (int i = 0; i < 10000 && idle < 2; ++i)
+    idle = ucp_worker_progress(s.worker) > 0 ? 0 : idle + 1;
+}
+
+// The peer is failed after progress, not here: the error may come from one
+// lane (the TCP one UCX keeps for keepalive) while the peer's last messages
+// still wait unread in another (shared memory), and those must be received.
 void on_endpoint_error(void* arg, ucp_ep_h, ucs_status_t status) {
   auto* a = static_cast<std::pair<UcxTransport::State*, int>*>(arg);
-  a->first->fail_peer(a->second, fmt::format("connection to rank {} failed ({}): it died or left",
-                                             a->second, ucs_status_string(status)));
+  auto& s = *a->first;
+  auto& peer = s.peers[static_cast<std::size_t>(a->second)];
+  if (peer.dead) return;
+  peer.reason = fmt::format("connection to rank {} failed ({}): it died or left", a->second,
+                            ucs_status_string(status));
+  s.lost.push_back(a->second);
+  ++s.completions;
+}
+
+void handle_lost_peers(UcxTransport::State& s) {
+  while (!s.lost.empty()) {
+    drain(s);  // may lose more
+    auto lost = std::move(s.lost);
+    s.lost.clear();
+    for (int peer : lost) {
+      const std::string reason = s.peers[static_cast<std::size_t>(peer)].reason;
+      s.fail_peer(peer, reason);
+    }
+  }
 }
 
 void check_local_peers(UcxTransport::State& s) {
@@ -85,11 +113,18 @@ void check_local_peers(UcxTransport::State& s) {
       s.last_completion = now;
     }
     int dead = -1;
+    bool drained = false;
     for (int r = 0; r < size; ++r) {
       const auto& peer = s.peers[static_cast<std::size_t>(r)];
-      if (!peer.dead && peer.local_pid > 0 && process_ended(peer.local_pid))
+      if (!peer.dead && peer.local_pid > 0 && process_ended(peer.local_pid)) {
+        // What it sent before it ended may still sit in shared memory or a
+        // socket, unread since our last progress: take it in first, so that
+        // a peer's last message is received (only later ones fail).
+        if (!drained) drain(s);
+        drained = true;
         s.fail_peer(r, fmt::format("rank {} (pid {} on this host) has ended: it died or left", r,
                                    peer.local_pid));
+      }
       if (s.peers[static_cast<std::size_t>(r)].dead && dead < 0) dead = r;
     }
     // A process killed while writing into a peer's shared-memory queue can

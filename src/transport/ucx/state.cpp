@@ -15,7 +15,7 @@ void UcxTransport::State::finish(Pending* p, ucs_status_t status, std::size_t le
   } else if (status == UCS_ERR_MESSAGE_TRUNCATED) {
     p->request->fail(ErrorCode::invalid_argument,
                      truncation_message(rank, peer, p->request->tag(), length, p->capacity));
-  } else if (peers[static_cast<std::size_t>(peer)].dead) {
+  } else if (!peers[static_cast<std::size_t>(peer)].reason.empty()) {  // dead or lost
     p->request->fail(
         ErrorCode::peer_failure,
         fmt::format("rank {}: {}", rank, peers[static_cast<std::size_t>(peer)].reason));

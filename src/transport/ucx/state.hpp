@@ -123,7 +123,10 @@ void read_indirect(UcxTransport::State& s);
 // failure.cpp: abort notices, endpoint errors, closing.
 void post_notice_receive(UcxTransport::State& s);
 void handle_notices(UcxTransport::State& s);
+// An endpoint's error names its peer lost; handle_lost_peers (after
+// progress) takes in what the peer sent before, then fails it.
 void on_endpoint_error(void* arg, ucp_ep_h, ucs_status_t status);
+void handle_lost_peers(UcxTransport::State& s);
 void close_endpoints(UcxTransport::State& s);
 // Receives and drops the messages no receive took (a failed call's data, a
 // late abort notice), so that destroying the worker has none to warn about.
@@ -148,7 +151,7 @@ struct UcxTransport::State {
   std::vector<ucp_ep_h> endpoints;
   struct Peer {
     bool dead = false;
-    std::string reason;
+    std::string reason;  // why it is dead, or (not yet dead) why it was lost
     int local_pid = 0;  // its pid when it shares this host and pid namespace, else 0
     // The cookie of the next CMA send to it. Acks are matched by cookie, and
     // UCX does not say which endpoint a message came from, so each peer's
@@ -161,6 +164,7 @@ struct UcxTransport::State {
   std::vector<bool> cma_with;       // ... and peer r's too (same host, both able)
   std::vector<Pending*> to_read;    // CMA descriptors received, read after progress
   std::vector<std::unique_ptr<std::pair<State*, int>>> handler_args;
+  std::vector<int> lost;  // peers whose endpoints failed, not yet failed here
   std::size_t completions = 0;  // bumped by callbacks, read by progress()
   Clock::time_point last_liveness_check{};  // wait_for_activity's check of local peers
   std::size_t completions_seen = 0;           // completions at the last check ...

@@ -252,6 +252,7 @@ bool UcxTransport::progress() {
   State& s = *state_;
   const std::size_t before = s.completions;
   const unsigned n = ucp_worker_progress(s.worker);
+  if (!s.lost.empty()) handle_lost_peers(s);
   if (!s.to_read.empty()) read_indirect(s);
   if (!s.notices.empty() || (!s.notice_posted && !s.notice_closed)) handle_notices(s);
   return n > 0 || s.completions != before;
@@ -260,6 +261,7 @@ bool UcxTransport::progress() {
 void UcxTransport::wait_for_activity(Deadline until) {
   State& s = *state_;
   ucx::check_local_peers(s);
+  if (!s.lost.empty()) return;  // the next progress() fails them
   if (ucp_worker_arm(s.worker) == UCS_ERR_BUSY) return;  // events are waiting already
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
   pollfd p{s.event_fd, POLLIN, 0};
