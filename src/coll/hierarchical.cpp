@@ -244,6 +244,13 @@ class Pipeline {
   std::array<PieceState, kInFlight> in_flight_;
 };
 
+// How many pieces of about kHierarchicalPieceBytes `bytes` are cut into
+// (allgather, reduce-scatter, broadcast, reduce: one tag segment each).
+std::size_t pieces_of(std::size_t bytes) {
+  return std::clamp<std::size_t>((bytes + kHierarchicalPieceBytes - 1) / kHierarchicalPieceBytes,
+                                 1, kMaxSegments);
+}
+
 // c.topology, or one host when it is null; throws for hosts of unequal rank counts.
 const Topology& uniform_topology(const Collective& c, const Topology& one_host,
                                  std::string_view what) {
@@ -287,8 +294,7 @@ void hierarchical_allgather(const Collective& c, const void* send, void* recv, s
   // Blocks move in pieces (hierarchical.hpp), each forwarded within the
   // host as soon as it is here. Tags: phase 0 across hosts, 1 within; the
   // step is the host whose block it is, the segment the piece.
-  const std::size_t pieces = std::clamp<std::size_t>(
-      (block + kHierarchicalPieceBytes - 1) / kHierarchicalPieceBytes, 1, kMaxSegments);
+  const std::size_t pieces = pieces_of(block);
   const NearEqualChunks piece{block, pieces};
   auto tag = [&](unsigned phase, int of_host, std::size_t k) {
     return c.message_tag(phase, static_cast<unsigned>(of_host), static_cast<unsigned>(k));
@@ -358,8 +364,7 @@ void hierarchical_reduce_scatter(const Collective& c, const void* send, void* re
   std::byte* from_hosts = c.scratch_buffer(2, H * block);
   auto at = [&](std::byte* base, std::size_t i) { return base + i * block; };
 
-  const std::size_t pieces = std::clamp<std::size_t>(
-      (block + kHierarchicalPieceBytes - 1) / kHierarchicalPieceBytes, 1, kMaxSegments);
+  const std::size_t pieces = pieces_of(block);
   const NearEqualChunks piece{count, pieces};
   // Tags: phase 0 within the host, 1 across; the step is the host of the
   // block's owner (within) or of the sender (across), the segment the piece.
@@ -447,6 +452,231 @@ void hierarchical_reduce_scatter(const Collective& c, const void* send, void* re
       reduce::divide(out, piece.size(k), type, static_cast<std::size_t>(t.size()));
   }
   c.wait_all(sends);
+}
+
+namespace {
+
+// The broadcast's and the reduce's view of one call: pieces of the
+// buffer, each cut into L shards; local rank q of every host carries shard
+// q of every piece; the hosts form a chain in host order (tags: phase 0
+// across hosts, 1 within; the step is the shard, the segment the piece).
+struct ShardedChain {
+  ShardedChain(const Collective& c, const Topology& topology, std::size_t count, DataType type,
+               int root)
+      : c(c),
+        me(c.transport.rank()),
+        host(topology.host_of(me)),
+        local_rank(topology.local_rank(me)),
+        hosts(topology.hosts()),
+        root_host(topology.host_of(root)),
+        local(topology.ranks_on(host)),
+        across(topology.peers_across_hosts(local_rank)),
+        esize(size_of(type)),
+        pieces(pieces_of(count * esize)),
+        piece{count, pieces} {}
+
+  Range shard(std::size_t k, int q) const {
+    return part({piece.offset(k), piece.size(k)}, local.size(), static_cast<std::size_t>(q));
+  }
+  std::size_t bytes(Range r) const { return r.count * esize; }
+  transport::Tag tag(unsigned phase, int q, std::size_t k) const {
+    return c.message_tag(phase, static_cast<unsigned>(q), static_cast<unsigned>(k));
+  }
+  // Local rank q of the host `step` hosts after this one along the chain.
+  int across_by(int step) const {
+    return across[static_cast<std::size_t>(((host + step) % hosts + hosts) % hosts)];
+  }
+
+  static constexpr unsigned kAcross = 0, kWithin = 1;
+  const Collective& c;
+  const int me, host, local_rank, hosts, root_host;
+  const std::vector<int>& local;  // this host's ranks, by local rank
+  const std::vector<int> across;  // this local rank on every host, by host
+  const std::size_t esize, pieces;
+  const NearEqualChunks piece;    // elements per piece
+};
+
+}  // namespace
+
+void hierarchical_broadcast(const Collective& c, void* buffer, std::size_t count, DataType type,
+                            int root) {
+  const Topology one_host = Topology::single_host(c.transport.size());
+  const Topology& topology = uniform_topology(c, one_host, "broadcast");
+  if (count == 0) return;
+  transport::Transport& t = c.transport;
+  const ShardedChain s(c, topology, count, type, root);
+  const int root_local = topology.local_rank(root);
+  const bool on_root_host = s.host == s.root_host;
+  // Where this host is on the chain (0: the root's) and who is next.
+  const int position = (s.host - s.root_host + s.hosts) % s.hosts;
+  const int next = position + 1 < s.hosts ? s.across_by(1) : -1;
+  auto* data = static_cast<std::byte*>(buffer);
+  auto at = [&](Range r) { return data + r.first * s.esize; };
+  const std::size_t pieces = s.pieces;
+
+  std::vector<RequestPtr> sends, receives, own(pieces);
+  // This rank's shard from the root (on its host) or from the previous host;
+  // the other shards from their holders here (the root holds every one).
+  if (s.me != root) {
+    const int from = on_root_host ? root : s.across_by(-1);
+    const unsigned phase = on_root_host ? ShardedChain::kWithin : ShardedChain::kAcross;
+    for (std::size_t k = 0; k < pieces; ++k) {
+      const Range mine = s.shard(k, s.local_rank);
+      own[k] = t.irecv(from, s.tag(phase, s.local_rank, k), at(mine), s.bytes(mine));
+      for (int q = 0; q < static_cast<int>(s.local.size()); ++q)
+        if (q != s.local_rank) {
+          const Range theirs = s.shard(k, q);
+          receives.push_back(t.irecv(s.local[static_cast<std::size_t>(q)],
+                                     s.tag(ShardedChain::kWithin, q, k), at(theirs),
+                                     s.bytes(theirs)));
+        }
+    }
+  }
+  // Shard `local_rank` of piece k is here: on along the chain and to this
+  // host's other ranks (not the root, which has it).
+  auto forward = [&](std::size_t k) {
+    const Range mine = s.shard(k, s.local_rank);
+    if (next >= 0)
+      sends.push_back(t.isend(next, s.tag(ShardedChain::kAcross, s.local_rank, k), at(mine),
+                              s.bytes(mine)));
+    for (int q = 0; q < static_cast<int>(s.local.size()); ++q) {
+      const int peer = s.local[static_cast<std::size_t>(q)];
+      if (q != s.local_rank && peer != root)
+        sends.push_back(t.isend(peer, s.tag(ShardedChain::kWithin, s.local_rank, k), at(mine),
+                                s.bytes(mine)));
+    }
+  };
+  for (std::size_t k = 0; k < pieces; ++k) {
+    if (s.me == root) {
+      for (int q = 0; q < static_cast<int>(s.local.size()); ++q)
+        if (q != root_local) {
+          const Range theirs = s.shard(k, q);
+          sends.push_back(t.isend(s.local[static_cast<std::size_t>(q)],
+                                  s.tag(ShardedChain::kWithin, q, k), at(theirs),
+                                  s.bytes(theirs)));
+        }
+    } else {
+      c.wait(*own[k]);
+    }
+    forward(k);
+  }
+  for (const RequestPtr& r : receives) c.wait(*r);
+  c.wait_all(sends);
+}
+
+void hierarchical_reduce(const Collective& c, const void* send, void* recv, std::size_t count,
+                         DataType type, ReduceOp op, int root) {
+  const Topology one_host = Topology::single_host(c.transport.size());
+  const Topology& topology = uniform_topology(c, one_host, "reduce");
+  if (count == 0) return;
+  transport::Transport& t = c.transport;
+  const ShardedChain s(c, topology, count, type, root);
+  const ReduceOp sum_op = op == ReduceOp::avg ? ReduceOp::sum : op;
+  const int per_host = static_cast<int>(s.local.size());
+  // The chain runs from the host after the root's to the root's (last).
+  const int position = (s.host - s.root_host - 1 + 2 * s.hosts) % s.hosts;
+  const int previous = position > 0 ? s.across_by(-1) : -1;
+  const int next = position + 1 < s.hosts ? s.across_by(1) : -1;
+  const auto* in = static_cast<const std::byte*>(send);
+  auto* out = static_cast<std::byte*>(recv);
+  const std::size_t pieces = s.pieces;
+
+  // This rank's shards of all pieces, packed: offsets into the scratch.
+  std::vector<std::size_t> packed(pieces + 1, 0);
+  for (std::size_t k = 0; k < pieces; ++k)
+    packed[k + 1] = packed[k] + s.shard(k, s.local_rank).count;
+  const std::size_t mine_bytes = packed[pieces] * s.esize;
+  // The partial of shard local_rank: the root's in recv; else scratch. (In
+  // place, the root's input shard is copied aside first, so that its ranks
+  // are added in local-rank order there too.)
+  const bool in_place = s.me == root && send == recv;
+  std::byte* partials = s.me == root && !in_place ? nullptr : c.scratch_buffer(0, mine_bytes);
+  std::byte* contributions =
+      c.scratch_buffer(1, static_cast<std::size_t>(per_host - 1) * mine_bytes);
+  std::byte* from_chain = c.scratch_buffer(2, mine_bytes);
+  auto partial = [&](std::size_t k) {
+    return s.me == root ? out + s.shard(k, s.local_rank).first * s.esize
+                        : partials + packed[k] * s.esize;
+  };
+  auto contribution = [&](int q, std::size_t k) {
+    const auto slot = static_cast<std::size_t>(q < s.local_rank ? q : q - 1);
+    return contributions + slot * mine_bytes + packed[k] * s.esize;
+  };
+
+  std::vector<RequestPtr> sends, within((static_cast<std::size_t>(per_host)) * pieces),
+      chain(pieces);
+  for (std::size_t k = 0; k < pieces; ++k) {
+    const Range mine = s.shard(k, s.local_rank);
+    for (int q = 0; q < per_host; ++q)
+      if (q != s.local_rank)
+        within[static_cast<std::size_t>(q) * pieces + k] =
+            t.irecv(s.local[static_cast<std::size_t>(q)],
+                    s.tag(ShardedChain::kWithin, s.local_rank, k), contribution(q, k),
+                    s.bytes(mine));
+    if (previous >= 0)
+      chain[k] = t.irecv(previous, s.tag(ShardedChain::kAcross, s.local_rank, k),
+                         from_chain + packed[k] * s.esize, s.bytes(mine));
+  }
+  // Every local rank's shard q of this rank's input to local rank q.
+  for (std::size_t k = 0; k < pieces; ++k)
+    for (int q = 0; q < per_host; ++q)
+      if (q != s.local_rank) {
+        const Range theirs = s.shard(k, q);
+        sends.push_back(t.isend(s.local[static_cast<std::size_t>(q)],
+                                s.tag(ShardedChain::kWithin, q, k), in + theirs.first * s.esize,
+                                s.bytes(theirs)));
+      }
+  // The root receives the final shards into recv once its own input there
+  // has been sent (in place, the same memory).
+  std::vector<RequestPtr> finals;
+  auto receive_finals = [&] {
+    c.wait_all(sends);
+    sends.clear();
+    for (std::size_t k = 0; k < pieces; ++k)
+      for (int q = 0; q < per_host; ++q)
+        if (q != s.local_rank) {
+          const Range theirs = s.shard(k, q);
+          finals.push_back(t.irecv(s.local[static_cast<std::size_t>(q)],
+                                   s.tag(ShardedChain::kWithin, q, k),
+                                   out + theirs.first * s.esize, s.bytes(theirs)));
+        }
+  };
+  for (std::size_t k = 0; k < pieces; ++k) {
+    const Range mine = s.shard(k, s.local_rank);
+    std::byte* sum = partial(k);
+    for (int q = 0; q < per_host; ++q)
+      if (q != s.local_rank) c.wait(*within[static_cast<std::size_t>(q) * pieces + k]);
+    if (in_place && mine.count > 0)
+      std::memcpy(partials + packed[k] * s.esize, in + mine.first * s.esize, s.bytes(mine));
+    auto from = [&](int q) -> const std::byte* {
+      if (q != s.local_rank) return contribution(q, k);
+      return in_place ? partials + packed[k] * s.esize : in + mine.first * s.esize;
+    };
+    // This host's ranks in local-rank order, then the chain's partial first.
+    if (per_host == 1) {
+      if (sum != from(0) && mine.count > 0) std::memcpy(sum, from(0), s.bytes(mine));
+    } else if (mine.count > 0) {
+      reduce::reduce(sum, from(0), from(1), mine.count, type, sum_op);
+      for (int q = 2; q < per_host; ++q) reduce::reduce(sum, from(q), mine.count, type, sum_op);
+    }
+    if (previous >= 0) {
+      c.wait(*chain[k]);
+      if (mine.count > 0)
+        reduce::reduce(sum, from_chain + packed[k] * s.esize, sum, mine.count, type, sum_op);
+    }
+    if (next >= 0) {
+      sends.push_back(
+          t.isend(next, s.tag(ShardedChain::kAcross, s.local_rank, k), sum, s.bytes(mine)));
+    } else if (s.me != root) {
+      sends.push_back(t.isend(root, s.tag(ShardedChain::kWithin, s.local_rank, k), sum,
+                              s.bytes(mine)));
+    }
+    if (s.me == root && k == 0) receive_finals();
+  }
+  for (const RequestPtr& r : finals) c.wait(*r);
+  c.wait_all(sends);
+  if (s.me == root && op == ReduceOp::avg)
+    reduce::divide(out, count, type, static_cast<std::size_t>(t.size()));
 }
 
 }  // namespace chorus::coll

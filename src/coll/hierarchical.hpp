@@ -76,4 +76,27 @@ void hierarchical_allgather(const Collective& c, const void* send, void* recv, s
 void hierarchical_reduce_scatter(const Collective& c, const void* send, void* recv,
                                  std::size_t count, DataType type, ReduceOp op);
 
+// Hierarchical broadcast from `root`, in pieces, each cut into L shards
+// (the root's host's local ranks): the root hands shard q to its host's
+// local rank q; local rank q of each host passes shard q on to local rank q
+// of the next host, in host order from the root's (a chain, each piece
+// forwarded as soon as it is here), and to its own host's other ranks. Each
+// host link carries the buffer once in and once out, the least a broadcast
+// can, split over all of the host's ranks; a flat chain in rank order
+// crosses each link as often as the ring leaves a host (once when each
+// host's ranks are consecutive). c.topology as above.
+void hierarchical_broadcast(const Collective& c, void* buffer, std::size_t count, DataType type,
+                            int root);
+
+// Hierarchical reduce to `root`, the broadcast's mirror: within each host,
+// local rank q reduces shard q of every piece over its host's ranks (local-
+// rank order); across hosts, local rank q's partials travel along a chain
+// of hosts ending at the root's, each host adding its own (received partial
+// first); on the root's host, local rank q hands its final shard to the
+// root. Each host link carries the buffer once each way at most. recv is
+// the root's only; send == recv at the root is in place. c.topology as
+// above.
+void hierarchical_reduce(const Collective& c, const void* send, void* recv, std::size_t count,
+                         DataType type, ReduceOp op, int root);
+
 }  // namespace chorus::coll

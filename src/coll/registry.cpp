@@ -92,6 +92,15 @@ bool hierarchical_shm_preferred(std::size_t link_bytes, int) { return link_bytes
 // 2.07 against 3.03-3.11 (the link bound: 2.1), 4-32 MiB within noise of
 // the ring (docs/performance.md "Many hosts").
 bool hierarchical_reduce_scatter_preferred(std::size_t bytes, int) { return bytes >= (256 << 10); }
+// Broadcast and reduce: where the flat chain and reduce-scatter-gather
+// take over from the trees (whose link loads are the hierarchical rows'
+// at 2 x 2: the same times in the lab, docs/performance.md "Many hosts").
+bool hierarchical_broadcast_preferred(std::size_t bytes, int p) {
+  return broadcast_chain_preferred(bytes, p);
+}
+bool hierarchical_reduce_preferred(std::size_t bytes, int p) {
+  return reduce_scatter_gather_preferred(bytes, p);
+}
 // Allgather: by all p blocks, the same.
 bool hierarchical_allgather_preferred(std::size_t block_bytes, int p) {
   return block_bytes * static_cast<std::size_t>(p) >= kHierarchicalFromBytes;
@@ -101,12 +110,19 @@ bool hierarchical_allgather_preferred(std::size_t block_bytes, int p) {
 // host link than the hierarchical row: AllReduce's ring sends 2(p-1)/p of
 // the buffer along each edge that leaves a host, the hierarchical
 // 2(H-1)/H through each link; allgather's and reduce-scatter's rings p - 1
-// blocks per edge, the hierarchical L(H-1). (2 hosts x 2: 1.5; 8 x 2: 1.07.)
+// blocks per edge, the hierarchical L(H-1). Broadcast's flat chain sends
+// the buffer once per such edge, the hierarchical once per link; reduce's
+// reduce-scatter-gather (p-1)/p of it per edge and, into the root's host,
+// the blocks of the ranks elsewhere ((H-1)/H), the hierarchical the buffer
+// once. (AllReduce at 2 hosts x 2: 1.5, at 8 x 2: 1.07; broadcast on
+// consecutive ranks 1, interleaved on 2 hosts 2; reduce at 2 x 2 1.25.)
 double hierarchical_link_gain(CollectiveKind kind, const Topology& t) {
   const double p = t.size(), hosts = t.hosts(), per_host = t.local_size(0);
   const double edges = t.ring_edges_leaving_a_host();
   if (kind == K::allgather || kind == K::reduce_scatter)
     return edges * (p - 1) / (per_host * (hosts - 1));
+  if (kind == K::broadcast) return edges;
+  if (kind == K::reduce) return edges * (p - 1) / p + (hosts - 1) / hosts;
   return edges * (2 * (p - 1) / p) / (2 * (hosts - 1) / hosts);
 }
 
@@ -187,116 +203,130 @@ constexpr AlgorithmRow kRows[] = {
      [](const Collective& c, const Operands& o) {
        broadcast_binomial(c, o.recv, o.count, o.type, o.root);
      }},
+    {13, K::broadcast, "hierarchical", "hierarchical",
+     "shards along a chain of hosts by local rank, then within each host", any_p,
+     hierarchical_broadcast_preferred,
+     [](const Collective& c, const Operands& o) {
+       hierarchical_broadcast(c, o.recv, o.count, o.type, o.root);
+     },
+     nullptr, nullptr, true},
 
-    {13, K::reduce, "shm", "shm", "every slot of the host segment reduced at the root, in rank order",
+    {14, K::reduce, "shm", "shm", "every slot of the host segment reduced at the root, in rank order",
      any_p, always, shm_reduce, nullptr, whole},
-    {14, K::reduce, "reduce_scatter_gather", "reduce_scatter_gather",
+    {15, K::reduce, "reduce_scatter_gather", "reduce_scatter_gather",
      "ring reduce-scatter, then a gather at the root", any_p, reduce_scatter_gather_preferred,
      [](const Collective& c, const Operands& o) {
        reduce_scatter_gather(c, o.send, o.recv, o.count, o.type, o.op, o.root);
      }},
-    {15, K::reduce, "binomial_tree", "binomial_tree", "binomial tree towards the root, segmented",
+    {16, K::reduce, "binomial_tree", "binomial_tree", "binomial tree towards the root, segmented",
      any_p, never,
      [](const Collective& c, const Operands& o) {
        reduce_binomial(c, o.send, o.recv, o.count, o.type, o.op, o.root);
      }},
+    {17, K::reduce, "hierarchical", "hierarchical",
+     "within each host by shard, the shards' partials along a chain of hosts to the root's",
+     any_p, hierarchical_reduce_preferred,
+     [](const Collective& c, const Operands& o) {
+       hierarchical_reduce(c, o.send, o.recv, o.count, o.type, o.op, o.root);
+     },
+     nullptr, nullptr, true},
 
-    {16, K::allgather, "shm", "shm", "every block through its rank's slot of the host segment",
+    {18, K::allgather, "shm", "shm", "every block through its rank's slot of the host segment",
      any_p, small_blocks, shm_allgather, nullptr, whole},
-    {17, K::allgather, "bruck", "bruck", "Bruck: ceil(log2 p) steps of growing block sets",
+    {19, K::allgather, "bruck", "bruck", "Bruck: ceil(log2 p) steps of growing block sets",
      any_p, allgather_bruck_preferred,
      [](const Collective& c, const Operands& o) {
        allgather_bruck(c, o.send, o.recv, o.count, o.type);
      }},
-    {18, K::allgather, "ring", "ring", "each block passed once around the ring", any_p, never,
+    {20, K::allgather, "ring", "ring", "each block passed once around the ring", any_p, never,
      [](const Collective& c, const Operands& o) {
        allgatherv(c, o.send, o.recv, BlockLayout::uniform(c.transport.size(), o.count), o.type);
      }},
-    {19, K::allgather, "hierarchical", "hierarchical",
+    {21, K::allgather, "hierarchical", "hierarchical",
      "across hosts by local rank, then within each host", any_p, hierarchical_allgather_preferred,
      [](const Collective& c, const Operands& o) {
        hierarchical_allgather(c, o.send, o.recv, o.count, o.type);
      },
      nullptr, nullptr, true},
 
-    {20, K::reduce_scatter, "shm", "shm",
+    {22, K::reduce_scatter, "shm", "shm",
      "every rank reduces its block from all slots of the host segment", any_p,
      shm_reduce_scatter_preferred, shm_reduce_scatter, nullptr, whole},
-    {21, K::reduce_scatter, "hierarchical", "hierarchical",
+    {23, K::reduce_scatter, "hierarchical", "hierarchical",
      "within each host by local rank, then each block's host partials across hosts", any_p,
      hierarchical_reduce_scatter_preferred,
      [](const Collective& c, const Operands& o) {
        hierarchical_reduce_scatter(c, o.send, o.recv, o.count, o.type, o.op);
      },
      nullptr, nullptr, true},
-    {22, K::reduce_scatter, "recursive_halving", "recursive_halving",
+    {24, K::reduce_scatter, "recursive_halving", "recursive_halving",
      "recursive halving: log2 p steps (p a power of two)", power_of_two,
      reduce_scatter_halving_preferred,
      [](const Collective& c, const Operands& o) {
        reduce_scatter_halving(c, o.send, o.recv, equal_counts(c, o.count), o.type, o.op);
      }},
-    {23, K::reduce_scatter, "ring", "ring", "partial sums passed around the ring", any_p, never,
+    {25, K::reduce_scatter, "ring", "ring", "partial sums passed around the ring", any_p, never,
      [](const Collective& c, const Operands& o) {
        reduce_scatter_ring(c, o.send, o.recv, equal_counts(c, o.count), o.type, o.op);
      }},
 
-    {24, K::alltoall, "shm", "shm", "every rank's blocks through its slot of the host segment",
+    {26, K::alltoall, "shm", "shm", "every rank's blocks through its slot of the host segment",
      any_p, small_blocks, shm_alltoall, nullptr, every_block},
-    {25, K::alltoall, "bruck", "bruck", "Bruck: ceil(log2 p) steps, blocks packed per step",
+    {27, K::alltoall, "bruck", "bruck", "Bruck: ceil(log2 p) steps, blocks packed per step",
      any_p, alltoall_bruck_preferred,
      [](const Collective& c, const Operands& o) {
        alltoall_bruck(c, o.send, o.recv, o.count, o.type);
      }},
-    {26, K::alltoall, "pairwise", "pairwise", "every pair exchanges once, all posted at once",
+    {28, K::alltoall, "pairwise", "pairwise", "every pair exchanges once, all posted at once",
      any_p, never,
      [](const Collective& c, const Operands& o) {
        alltoall_pairwise(c, o.send, o.recv, o.count, o.type);
      }},
 
-    {27, K::barrier, "shm", "shm", "a flag per rank in the host segment", any_p, always,
+    {29, K::barrier, "shm", "shm", "a flag per rank in the host segment", any_p, always,
      shm_barrier, nullptr, nothing},
-    {28, K::barrier, "dissemination", "dissemination", "ceil(log2 p) rounds of empty messages",
+    {30, K::barrier, "dissemination", "dissemination", "ceil(log2 p) rounds of empty messages",
      any_p, never, [](const Collective& c, const Operands&) { barrier(c); }},
 
-    {29, K::allgatherv, "ring", "ring", "each block passed once around the ring", any_p, never,
+    {31, K::allgatherv, "ring", "ring", "each block passed once around the ring", any_p, never,
      [](const Collective& c, const Operands& o) {
        allgatherv(c, o.send, o.recv, o.recv_blocks, o.type);
      }},
 
-    {30, K::reduce_scatter_v, "recursive_halving", "recursive_halving",
+    {32, K::reduce_scatter_v, "recursive_halving", "recursive_halving",
      "recursive halving: log2 p steps (p a power of two)", power_of_two,
      reduce_scatter_halving_preferred,
      [](const Collective& c, const Operands& o) {
        reduce_scatter_halving(c, o.send, o.recv, o.recv_blocks.counts, o.type, o.op);
      }},
-    {31, K::reduce_scatter_v, "ring", "ring", "partial sums passed around the ring", any_p, never,
+    {33, K::reduce_scatter_v, "ring", "ring", "partial sums passed around the ring", any_p, never,
      [](const Collective& c, const Operands& o) {
        reduce_scatter_ring(c, o.send, o.recv, o.recv_blocks.counts, o.type, o.op);
      }},
 
-    {32, K::alltoallv, "pairwise", "pairwise", "every pair exchanges once, all posted at once",
+    {34, K::alltoallv, "pairwise", "pairwise", "every pair exchanges once, all posted at once",
      any_p, never,
      [](const Collective& c, const Operands& o) {
        alltoallv(c, o.send, o.send_blocks, o.recv, o.recv_blocks, o.type);
      }},
 
-    {33, K::gather, "shm", "shm", "the root reads every rank's slot of the host segment", any_p,
+    {35, K::gather, "shm", "shm", "the root reads every rank's slot of the host segment", any_p,
      small_blocks, shm_gather, nullptr, whole},
-    {34, K::gather, "linear", "linear", "the root receives from every rank at once", any_p, never,
+    {36, K::gather, "linear", "linear", "the root receives from every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
        gatherv(c, o.send, o.count, o.recv, o.recv_blocks, o.type, o.root);
      }},
-    {35, K::gatherv, "linear", "linear", "the root receives from every rank at once", any_p, never,
+    {37, K::gatherv, "linear", "linear", "the root receives from every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
        gatherv(c, o.send, o.count, o.recv, o.recv_blocks, o.type, o.root);
      }},
-    {36, K::scatter, "shm", "shm", "every rank reads its block from the root's slot", any_p,
+    {38, K::scatter, "shm", "shm", "every rank reads its block from the root's slot", any_p,
      small_blocks, shm_scatter, nullptr, every_block},
-    {37, K::scatter, "linear", "linear", "the root sends to every rank at once", any_p, never,
+    {39, K::scatter, "linear", "linear", "the root sends to every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
        scatterv(c, o.send, o.send_blocks, o.recv, o.count, o.type, o.root);
      }},
-    {38, K::scatterv, "linear", "linear", "the root sends to every rank at once", any_p, never,
+    {40, K::scatterv, "linear", "linear", "the root sends to every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
        scatterv(c, o.send, o.send_blocks, o.recv, o.count, o.type, o.root);
      }},

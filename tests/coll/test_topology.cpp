@@ -105,6 +105,14 @@ TEST(Topology, SeveralHostsOfSeveralRanksChooseHierarchicalAndNoHostSegment) {
     require(engine.choose(coll::CollectiveKind::reduce_scatter, "", 64 << 10).row->name !=
                 "hierarchical",
             "reduce_scatter of 64 KiB in all (the ring is faster there)");
+    // Rooted: a flat chain on consecutive ranks crosses each link once, as
+    // the hierarchical broadcast does; reduce-scatter-gather 1.25 times.
+    require(engine.choose(coll::CollectiveKind::broadcast, "", 64 << 20).row->name == "chain",
+            "broadcast of 64 MiB");
+    require(engine.choose(coll::CollectiveKind::reduce, "", 1 << 20).row->name == "hierarchical",
+            "reduce of 1 MiB");
+    require(engine.choose(coll::CollectiveKind::reduce, "", 64 << 10).row->name == "binomial_tree",
+            "reduce of 64 KiB");
     // Up to 32 KiB through each leader's link: one step through the hosts' segments.
     for (std::size_t bytes : {8, 4 << 10, 32 << 10}) {
       const auto choice = engine.choose(coll::CollectiveKind::allreduce, "", bytes);
@@ -217,6 +225,25 @@ TEST(Topology, TheFlatRingsLoadOnTheBusiestLinkIsCounted) {
   EXPECT_EQ(parse_topology("1x3", 3).ring_edges_leaving_a_host(), 0);
 }
 
+// Ranks dealt round-robin over 2 hosts: a flat chain crosses the links at
+// every step, the hierarchical broadcast once.
+TEST(Topology, InterleavedHostsBroadcastHierarchically) {
+  const ScopedTopology hosts("0,1,0,1");
+  const auto outcomes = testing::run_ranks(4, [](Communicator& comm) {
+    auto& engine = CommunicatorAccess::engine(comm);
+    const auto choice = engine.choose(coll::CollectiveKind::broadcast, "", 1 << 20);
+    require(choice.row->name == "hierarchical" && std::string(choice.reason) == "hosts",
+            std::string(choice.row->name));
+    require(engine.choose(coll::CollectiveKind::broadcast, "", 64 << 10).row->name !=
+                "hierarchical",
+            "broadcast of 64 KiB (the binomial tree's size)");
+    std::vector<float> v(1 << 18, comm.rank() == 3 ? 5.0f : 0.0f);
+    comm.broadcast(v.data(), v.size(), DataType::float32, 3);
+    require(v.front() == 5.0f && v.back() == 5.0f, "the root's buffer");
+  });
+  for (const auto& o : outcomes) EXPECT_FALSE(o.failed) << o.message;
+}
+
 TEST(Topology, OneRankPerHostUnequalHostsOrLittleToGainKeepTheFlatChoice) {
   // 8 x 2: the hierarchical AllReduce would send 1.07x less than the ring
   // through a link, its allgather 1.07x: below kHierarchicalMinLinkGain.
@@ -226,7 +253,7 @@ TEST(Topology, OneRankPerHostUnequalHostsOrLittleToGainKeepTheFlatChoice) {
     const auto outcomes = testing::run_ranks(p, [&](Communicator& comm) {
       auto& engine = CommunicatorAccess::engine(comm);
       for (const auto kind : {coll::CollectiveKind::allreduce, coll::CollectiveKind::allgather,
-                              coll::CollectiveKind::reduce_scatter})
+                              coll::CollectiveKind::reduce_scatter, coll::CollectiveKind::broadcast})
         require(engine.choose(kind, "", 64 << 20).row->name != "hierarchical", text);
     });
     for (const auto& o : outcomes) EXPECT_FALSE(o.failed) << text << ": " << o.message;
