@@ -286,12 +286,19 @@ std::size_t largest_fitting_count(Communicator& comm, const AlgorithmRow& row) {
   return count;
 }
 
-TEST_P(EveryAlgorithm, MatchesTheSequentialReferenceInEveryTypeAndOp) {
+TEST_P(EveryAlgorithm, MatchesTheSequentialReference) {
   const AlgorithmRow& row = coll::registry()[GetParam().id];
   const int p = GetParam().p;
   const ScopedEnv topology("CHORUS_TOPOLOGY", GetParam().topology);
+  // Every type and op up to 5 ranks: the kernels meet each algorithm's
+  // order of reduction there. From 6 ranks,
+  // what is new is the schedule (more steps, folds, pieces), not the types:
+  // float32 (every op) and int8 (sums that wrap) keep the suite's time.
+  const bool every_type = p <= 5;
+  const std::vector<DataType> types =
+      every_type ? all_types() : std::vector<DataType>{DataType::float32, DataType::int8};
   const auto outcomes = testing::run_ranks(p, [&](Communicator& comm) {
-    for (DataType type : all_types())
+    for (DataType type : types)
       for (ReduceOp op : coll::reduces(row.kind) ? ops_of(type) : std::vector<ReduceOp>{ReduceOp::sum})
         for (std::size_t count : {0, 1, 7, 1000})
           for (bool in_place : {false, true})
