@@ -11,7 +11,10 @@
 # (default 1gbit) and down again. CHORUS_TRANSPORT (default tcp) and other
 # CHORUS_* variables reach every rank. LAB_SMALL=0 skips the small sizes,
 # LAB_LARGE=0 the large ones; LAB_ALGOS (default "auto ring") lists the
-# Chorus algorithms run, each beside MPI_Allreduce.
+# Chorus algorithms run, each beside MPI_Allreduce. ALLREDUCE_PERF names
+# another perf tool (build/bin/broadcast_perf: beside MPI_Bcast); LAB_MAP=node
+# places ranks round-robin over the hosts (default slot: consecutive ranks
+# on a host).
 set -euo pipefail
 hosts=$1 per_host=$2 runs=$3 out=$4 rate=${5:-1gbit} max=${6:-64M}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -31,7 +34,7 @@ hostfile=$out/hostfile
 lab_mpirun() {
   local exports=()
   for v in $(env | grep -o '^CHORUS_[A-Z_]*'); do exports+=(-x "$v"); done
-  mpirun --hostfile "$hostfile" -np $((hosts * per_host)) --map-by slot \
+  mpirun --hostfile "$hostfile" -np $((hosts * per_host)) --map-by "${LAB_MAP:-slot}" \
     --mca plm_rsh_agent "$netlab" --mca plm_rsh_args rsh \
     --mca oob_tcp_if_include "$subnet" --mca btl_tcp_if_include "$subnet" \
     --mca btl self,vader,tcp --mca pml ob1 --mca mpi_yield_when_idle 1 \
