@@ -28,9 +28,24 @@ enum class Variant : std::uint8_t {
 };
 inline constexpr int kVariantCount = 6;
 
+// One level of ranks on several hosts (coll/topology.hpp), as the probe
+// measures it: a step in which every rank of the level sends one message
+// and receives one at once costs alpha + bytes x beta.
+struct LevelCost {
+  double alpha = 0, beta = 0;
+  bool measured() const noexcept { return alpha > 0; }
+};
+
 struct CostModel {
   double alpha = 0, beta = 0, gamma = 0;
   double overhead = 0;  // seconds each further message of one step adds
+  // Across hosts of equal rank counts (else unmeasured): a step among each
+  // host's ranks, every host at once (unmeasured with one rank per host),
+  // and a step among the ranks of one local rank on every host, every local
+  // rank at once, so that they share their host's link as the hierarchical
+  // algorithms' cross-host stages do. What each level costs a hierarchical
+  // call is what its log line reports (registry.hpp hierarchical_levels).
+  LevelCost within_host, across_hosts;
   // Each variant's time at kCalibrationBytes, as the probe measured it (a
   // variant it stopped timing, far behind, grows from its last time as the
   // least-growing timed one did, so it never overtakes them); between them the

@@ -516,4 +516,39 @@ AlgorithmChoice choose_algorithm(CollectiveKind kind, std::string_view forced, s
   return {fallback, 0, reason};
 }
 
+std::optional<LevelSplit> hierarchical_levels(CollectiveKind kind, const CostModel& model,
+                                              const Topology& topology, std::size_t bytes) {
+  if (topology.hosts() < 2 || !topology.uniform() || !model.across_hosts.measured())
+    return std::nullopt;
+  const double L = topology.local_size(0), H = topology.hosts(), N = static_cast<double>(bytes);
+  if (L > 1 && !model.within_host.measured()) return std::nullopt;
+  const LevelCost& w = model.within_host;
+  const LevelCost& a = model.across_hosts;
+  // Steps and bytes per rank within the host, then across hosts.
+  double within_steps = 0, within_bytes = 0, across_steps = 0, across_bytes = 0;
+  switch (kind) {
+    case K::allreduce:  // reduce-scatter + allgather within; the same of a shard across
+      within_steps = 2 * (L - 1), within_bytes = 2 * (L - 1) / L * N;
+      across_steps = 2 * (H - 1), across_bytes = 2 * (H - 1) / H * N / L;
+      break;
+    case K::allgather:  // N: one block
+      within_steps = L - 1, within_bytes = (L - 1) * H * N;
+      across_steps = H - 1, across_bytes = (H - 1) * N;
+      break;
+    case K::reduce_scatter:  // N: every block
+      within_steps = L - 1, within_bytes = (L - 1) * H * N / (L * H);
+      across_steps = H - 1, across_bytes = (H - 1) * N / (L * H);
+      break;
+    case K::broadcast:
+    case K::reduce:  // a shard each within the host; a chain of hosts
+      within_steps = L - 1, within_bytes = (L - 1) / L * N;
+      across_steps = H - 1, across_bytes = N / L;
+      break;
+    default:
+      return std::nullopt;
+  }
+  return LevelSplit{within_steps * w.alpha + within_bytes * w.beta,
+                    across_steps * a.alpha + across_bytes * a.beta};
+}
+
 }  // namespace chorus::coll

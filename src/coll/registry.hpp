@@ -138,4 +138,17 @@ AlgorithmChoice choose_algorithm(CollectiveKind kind, std::string_view forced, s
                                  const Topology* topology = nullptr,
                                  std::optional<std::size_t> own_host_slot_bytes = std::nullopt);
 
+// What each level of hosts costs a hierarchical call of `kind` (its
+// choice_bytes `bytes`), by the levels the probe measured (CostModel::
+// within_host, across_hosts): the steps and the bytes each rank exchanges
+// within its host and across hosts, each level's time on its own (the
+// pipelined algorithms overlap them; the larger one is what the call
+// waits for). None where a level it needs was not measured, or `kind` has
+// no hierarchical row. For the log line of the choice.
+struct LevelSplit {
+  double within_host = 0, across_hosts = 0;  // seconds
+};
+std::optional<LevelSplit> hierarchical_levels(CollectiveKind kind, const CostModel& model,
+                                              const Topology& topology, std::size_t bytes);
+
 }  // namespace chorus::coll

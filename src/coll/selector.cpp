@@ -3,6 +3,7 @@
 #include "coll/call_check.hpp"
 #include "coll/recursive_doubling.hpp"
 #include "coll/registry.hpp"
+#include "coll/topology.hpp"
 #include "reduce/reduce.hpp"
 
 #include <fmt/format.h>
@@ -11,6 +12,7 @@
 #include <bit>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <sstream>
@@ -189,20 +191,24 @@ CostModel probe_cost_model(const Collective& c, bool with_call_check) {
                       c.scratch};
   };
   unsigned step_number = 0;
-  // One step: this rank sends `messages` messages of `bytes` (to the next
-  // ranks in turn) and receives as many (from the previous ones); the
-  // median time of `iters` steps after two warm-ups.
-  auto step = [&](std::size_t bytes, int messages, int iters) {
+  // One step: this rank sends `messages` messages of `bytes` (message k to
+  // to(k)) and receives as many (from from(k)); the median time of `iters`
+  // steps after two warm-ups. By default, to the next ranks in turn and
+  // from the previous ones.
+  using Peer = std::function<int(int)>;
+  const Peer next = [&](int k) { return (r + 1 + k % (p - 1)) % p; };
+  const Peer previous = [&](int k) { return (r - 1 - k % (p - 1) + p) % p; };
+  auto step = [&](std::size_t bytes, int messages, int iters, const Peer& to = nullptr,
+                  const Peer& from = nullptr) {
     std::vector<double> samples;
     for (int i = 0; i < iters + 2; ++i, ++step_number) {
       std::vector<transport::RequestPtr> reqs;
       const Collective sc = fresh(c.sequence);
       const auto start = transport::Clock::now();
       for (int k = 0; k < messages; ++k) {
-        const int reach = 1 + k % (p - 1);
         const auto tag = sc.message_tag(0, step_number % kMaxSteps, static_cast<unsigned>(k));
-        reqs.push_back(t.irecv((r - reach + p) % p, tag, in.data() + (k % 4) * bytes, bytes));
-        reqs.push_back(t.isend((r + reach) % p, tag, out.data(), bytes));
+        reqs.push_back(t.irecv((from ? from : previous)(k), tag, in.data() + (k % 4) * bytes, bytes));
+        reqs.push_back(t.isend((to ? to : next)(k), tag, out.data(), bytes));
       }
       sc.wait_all(reqs);
       if (i >= 2) samples.push_back(std::chrono::duration<double>(transport::Clock::now() - start).count());
@@ -216,6 +222,24 @@ CostModel probe_cost_model(const Collective& c, bool with_call_check) {
   model.alpha = one;
   model.overhead = std::max(0.0, (many - one) / (kFanout - 1));
   model.beta = std::max(0.0, large - one) / static_cast<double>(1 << 20);
+  // Across hosts of equal rank counts, each level on its own: a ring among
+  // each host's ranks (every host at once), and one among the ranks of
+  // each local rank on every host (every local rank at once, sharing their
+  // host's link as the hierarchical algorithms' stages do).
+  if (c.topology != nullptr && c.topology->hosts() > 1 && c.topology->uniform()) {
+    const Topology& hosts = *c.topology;
+    auto level = [&](const std::vector<int>& ring, int me) {
+      const int n = static_cast<int>(ring.size());
+      const Peer to = [&](int) { return ring[static_cast<std::size_t>((me + 1) % n)]; };
+      const Peer from = [&](int) { return ring[static_cast<std::size_t>((me - 1 + n) % n)]; };
+      const double small = step(8, 1, 20, to, from);
+      return LevelCost{small, std::max(0.0, step(1 << 20, 1, 4, to, from) - small) /
+                                  static_cast<double>(1 << 20)};
+    };
+    const int host = hosts.host_of(r), local_rank = hosts.local_rank(r);
+    if (hosts.local_size(r) > 1) model.within_host = level(hosts.ranks_on(host), local_rank);
+    model.across_hosts = level(hosts.peers_across_hosts(local_rank), host);
+  }
   // Every variant at every calibration size, float32 sum, on sequence
   // numbers of the probe's own (about 5300 calls), half the tags' 16-bit
   // sequence space away from the first calls'.

@@ -261,6 +261,7 @@ Communicator::Impl::Impl(std::unique_ptr<transport::Transport> t,
     } else {
       coll::Collective probe{*transport, 0, transport::deadline_after(timeout_seconds), nullptr,
                              &abort_requested, &scratch};
+      probe.topology = &*topology;  // the levels of hosts are measured too
       const auto start = transport::Clock::now();
       model = coll::probe_cost_model(probe, check_calls);
       source = fmt::format("probe, {:.0f} ms",
@@ -284,6 +285,13 @@ Communicator::Impl::Impl(std::unique_ptr<transport::Transport> t,
             model.gamma > 0 ? 1e-9 / model.gamma : 0.0,
             allreduce_forced.empty() ? "auto" : allreduce_forced,
             forced_by_env[0].empty() ? "" : " (CHORUS_ALGO)");
+  if (model.across_hosts.measured())
+    log::info("communicator: levels of hosts: within a host alpha {:.2f} us, beta {:.3f} GB/s; "
+              "across hosts (every local rank at once) alpha {:.2f} us, beta {:.3f} GB/s per rank",
+              us(model.within_host.alpha),
+              model.within_host.beta > 0 ? 1e-9 / model.within_host.beta : 0.0,
+              us(model.across_hosts.alpha),
+              model.across_hosts.beta > 0 ? 1e-9 / model.across_hosts.beta : 0.0);
   selector = std::make_unique<coll::Selector>(model, std::move(tuning));
 }
 
@@ -344,9 +352,22 @@ void Communicator::Impl::log_choice(const core::Call& call, const coll::Algorith
   std::lock_guard lock(submit_mutex);
   if (!logged_choices.emplace(static_cast<int>(call.kind), size_class, choice.row->id).second)
     return;
+  // A hierarchical row: what each level of hosts costs it (the larger is
+  // what the call waits for); AllReduce: the model's price of each row.
   std::string prices;
+  const auto levels = choice.row->across_hosts
+                          ? coll::hierarchical_levels(call.kind, selector->model(), *topology, bytes)
+                          : std::nullopt;
+  if (levels)
+    prices = fmt::format(", predicted {:.1f} us within the hosts and {:.1f} us across them: {}",
+                         us(levels->within_host), us(levels->across_hosts),
+                         levels->across_hosts >= levels->within_host
+                             ? "the host links dominate"
+                             : "the hosts' own exchanges dominate");
   if (call.kind == coll::CollectiveKind::allreduce) {
-    prices = fmt::format(", predicted {:.1f} us (others, us:", us(choice.predicted_seconds));
+    if (choice.predicted_seconds > 0)  // (the rows chosen before the model have no price)
+      prices = fmt::format(", predicted {:.1f} us", us(choice.predicted_seconds));
+    prices += " (others, us:";
     for (const coll::AlgorithmRow& row : coll::rows_of(coll::CollectiveKind::allreduce))
       if (&row != choice.row && row.cost != nullptr)
         prices += fmt::format(" {} {:.1f}", row.name,

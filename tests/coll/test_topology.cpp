@@ -97,6 +97,9 @@ TEST(Topology, SeveralHostsOfSeveralRanksChooseHierarchicalAndNoHostSegment) {
     require(engine.own_host != nullptr && engine.own_host->size() == 2 &&
                 engine.own_host->rank() == comm.rank() % 2,
             "no segment of this rank's (given) host");
+    const coll::CostModel& model = engine.cost_model();
+    require(model.within_host.measured() && model.across_hosts.measured(),
+            "the probe did not measure both levels of the (given) hosts");
     require(engine.choose(coll::CollectiveKind::allgather, "", 4 << 10).row->name == "hierarchical",
             "allgather of 4 x 4 KiB");
     require(engine.choose(coll::CollectiveKind::reduce_scatter, "", 256 << 10).row->name ==
@@ -223,6 +226,36 @@ TEST(Topology, TheFlatRingsLoadOnTheBusiestLinkIsCounted) {
   EXPECT_EQ(parse_topology("0,1,0,1", 4).ring_edges_leaving_a_host(), 2);
   EXPECT_EQ(parse_topology("0,0,1,1,0,0", 6).ring_edges_leaving_a_host(), 1);
   EXPECT_EQ(parse_topology("1x3", 3).ring_edges_leaving_a_host(), 0);
+}
+
+// What each level costs a hierarchical call, from the levels' alpha and
+// beta: the steps and bytes per rank of each (2 hosts x 2 ranks, 1 MiB).
+TEST(Topology, EachLevelsShareOfAHierarchicalCallIsPricedByItsOwnCosts) {
+  coll::CostModel model;
+  model.within_host = {1e-6, 1e-9};
+  model.across_hosts = {1e-4, 1e-8};
+  const Topology hosts = parse_topology("2x2", 4);
+  const double mib = 1 << 20;
+  const auto allreduce = coll::hierarchical_levels(coll::CollectiveKind::allreduce, model, hosts, 1 << 20);
+  ASSERT_TRUE(allreduce.has_value());
+  // Within: reduce-scatter + allgather of 2 ranks, 2 steps, half the buffer
+  // each way; across: the same for a half-buffer shard.
+  EXPECT_DOUBLE_EQ(allreduce->within_host, 2 * 1e-6 + mib * 1e-9);
+  EXPECT_DOUBLE_EQ(allreduce->across_hosts, 2 * 1e-4 + mib / 2 * 1e-8);
+  const auto broadcast = coll::hierarchical_levels(coll::CollectiveKind::broadcast, model, hosts, 1 << 20);
+  ASSERT_TRUE(broadcast.has_value());
+  EXPECT_DOUBLE_EQ(broadcast->across_hosts, 1e-4 + mib / 2 * 1e-8);
+  // Nothing to price: no hierarchical row, a level not measured, one host.
+  EXPECT_FALSE(coll::hierarchical_levels(coll::CollectiveKind::alltoall, model, hosts, 8));
+  EXPECT_FALSE(coll::hierarchical_levels(coll::CollectiveKind::allreduce, coll::CostModel{}, hosts, 8));
+  EXPECT_FALSE(coll::hierarchical_levels(coll::CollectiveKind::allreduce, model, parse_topology("1x4", 4), 8));
+  // One rank per host: no level within, and none needed.
+  coll::CostModel across_only;
+  across_only.across_hosts = {1e-4, 1e-8};
+  const auto one_each = coll::hierarchical_levels(coll::CollectiveKind::allreduce, across_only,
+                                                  parse_topology("4x1", 4), 1 << 20);
+  ASSERT_TRUE(one_each.has_value());
+  EXPECT_EQ(one_each->within_host, 0.0);
 }
 
 // Ranks dealt round-robin over 2 hosts: a flat chain crosses the links at
