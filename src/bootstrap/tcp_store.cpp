@@ -429,7 +429,7 @@ void StoreServer::serve() {
   constexpr auto kDrain = std::chrono::seconds(10);
   bool draining = false;
   Clock::time_point drain_until{};
-  Clock::time_point accept_paused_until{};
+  Clock::time_point accept_paused_until{}, said_cannot_accept{};
   bool said_full = false;
   std::vector<pollfd> fds;
   while (true) {
@@ -489,9 +489,14 @@ void StoreServer::serve() {
         if (fd < 0) {
           if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
             // Out of descriptors: the listener stays readable, so polling it
-            // again at once would spin. Pause accepting for a moment.
-            log::warn("store server: cannot accept ({}); {} clients are connected",
-                      net::errno_text(errno), s.clients.size());
+            // again at once would spin. Pause accepting for a moment (and
+            // say so every few seconds, not at every pause).
+            if (Clock::now() - said_cannot_accept > std::chrono::seconds(5)) {
+              log::warn("store server: cannot accept ({}); {} clients are connected; "
+                        "trying again every 100 ms",
+                        net::errno_text(errno), s.clients.size());
+              said_cannot_accept = Clock::now();
+            }
             accept_paused_until = Clock::now() + std::chrono::milliseconds(100);
           }
           break;
