@@ -294,6 +294,36 @@ void last_message_outlives_sender(Transport& t, const std::function<void()>& lea
          fmt::format("the leaver's last message read {} instead of {}", word, 1000 + t.rank()));
 }
 
+void abort_notice_names_the_reason(Transport& t) {
+  constexpr int kAborter = 2;
+  std::uint64_t hello = 1;
+  if (t.rank() == kAborter) {
+    for (int peer = 0; peer < kAborter; ++peer) {
+      std::uint64_t in = 0;
+      auto r = t.irecv(peer, 6, &in, sizeof in);
+      t.wait(*t.isend(peer, 6, &hello, sizeof hello), transport::deadline_after(30));
+      t.wait(*r, transport::deadline_after(30));
+    }
+    t.abort("test: rank 2 gives up");
+    return;
+  }
+  std::uint64_t in = 0, never = 0;
+  auto r = t.irecv(kAborter, 6, &in, sizeof in);
+  t.wait(*t.isend(kAborter, 6, &hello, sizeof hello), transport::deadline_after(30));
+  t.wait(*r, transport::deadline_after(30));
+  auto gone = t.irecv(kAborter, 8, &never, sizeof never);
+  try {
+    t.wait(*gone, transport::deadline_after(20));
+    expect(false, "a receive from the aborted rank completed");
+  } catch (const Error& e) {
+    // (TCP names its address too: "rank 2 (127.0.0.1:port) aborted: ...")
+    const std::string what = e.what();
+    expect(what.find("rank 2") != std::string::npos &&
+               what.find("aborted: test: rank 2 gives up") != std::string::npos,
+           fmt::format("the abort was not named: {}", e.what()));
+  }
+}
+
 void peer_death(Transport& t, const std::function<void()>& die) {
   const int victim = t.size() - 1;
   // 32 MiB messages, and 4 MiB ones, which a transport may move differently

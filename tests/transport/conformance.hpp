@@ -34,5 +34,9 @@ void peer_death(transport::Transport& t, const std::function<void()>& die);
 // first see it gone (a receive it never sends fails), then still receive
 // the message it sent before leaving: a peer's last words are not lost.
 void last_message_outlives_sender(transport::Transport& t, const std::function<void()>& leave);
+// Rank 2 (of 3) aborts after every rank has exchanged a message with it;
+// ranks 0 and 1 wait for a message from it that never comes and must fail
+// naming its abort's reason (the abort notice), not a lost connection.
+void abort_notice_names_the_reason(transport::Transport& t);
 
 }  // namespace chorus::conformance

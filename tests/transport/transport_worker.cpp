@@ -5,6 +5,10 @@
 #include "bootstrap/launch.hpp"
 #include "conformance.hpp"
 #include "transport/tcp/tcp_transport.hpp"
+#if defined(CHORUS_HAVE_UCX)
+#include "transport/ucx/state.hpp"
+#include "transport/ucx/ucx_transport.hpp"
+#endif
 
 #include <fmt/format.h>
 #include <sys/prctl.h>
@@ -39,6 +43,24 @@ int main(int argc, char** argv) {
         std::fflush(nullptr);
         std::_Exit(0);  // leaves as a finished process does: the kernel closes its sockets
       });
+    } else if (scenario == "abort_notice" || scenario == "overlong_notice_first") {
+      // Rank 2 aborts; ranks 0 and 1 must fail naming its reason. In the
+      // second, rank 1 first sends rank 0 a notice longer than any notice
+      // receive takes (UCX only; an honest rank never does).
+#if defined(CHORUS_HAVE_UCX)
+      if (scenario == "overlong_notice_first" && rank == 1) {
+        auto& s = dynamic_cast<transport::UcxTransport&>(*t).state();
+        const std::string overlong(4 * transport::UcxTransport::State::kNoticeBytes, 'x');
+        ucp_request_param_t param{};
+        void* r = ucp_tag_send_nbx(s.endpoints[0], overlong.data(), overlong.size(),
+                                   transport::ucx::kNoticeTag | 1, &param);
+        while (UCS_PTR_IS_PTR(r) && ucp_request_check_status(r) == UCS_INPROGRESS) t->progress();
+        if (UCS_PTR_IS_PTR(r)) ucp_request_free(r);
+      }
+#endif
+      conformance::abort_notice_names_the_reason(*t);
+      if (rank != 2) store->barrier("test/done", info.size - 1, deadline);  // (2 aborted)
+      return 0;
     } else if (scenario == "stray_connection") {
       // Rank 0 publishes its TCP port, waits while the harness writes garbage
       // to it, then all ranks prove they still work.

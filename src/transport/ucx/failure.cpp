@@ -17,6 +17,12 @@ void post_notice_receive(UcxTransport::State& s);
 
 void on_notice(void* ucx_request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user) {
   auto& s = *static_cast<UcxTransport::State*>(user);
+  // `info` lives in the request: read it before the request is freed (it
+  // was freed first, and the sender's rank read afterwards was garbage, so
+  // no abort notice ever named its rank).
+  const bool received = status == UCS_OK && info != nullptr;
+  const ucp_tag_t sender_tag = received ? info->sender_tag : 0;
+  const std::size_t length = received ? info->length : 0;
   ucp_request_free(ucx_request);
   s.notice_request = nullptr;
   s.notice_posted = false;
@@ -27,13 +33,13 @@ void on_notice(void* ucx_request, ucs_status_t status, const ucp_tag_recv_info_t
   // Any other failure (a notice longer than kNoticeBytes from a confused or
   // hostile peer, say) leaves the receive to be posted again by the next
   // progress(), so that later notices are still heard.
-  if (status != UCS_OK || info == nullptr) {
+  if (!received) {
     log::warn("ucx: rank {} dropped an abort notice: {}", s.rank, ucs_status_string(status));
     ++s.completions;
     return;
   }
-  const auto sender = static_cast<int>(info->sender_tag & ((ucp_tag_t{1} << kRankShift) - 1));
-  s.notices.emplace_back(sender, std::string(s.notice, std::min(info->length, s.kNoticeBytes)));
+  const auto sender = static_cast<int>(sender_tag & ((ucp_tag_t{1} << kRankShift) - 1));
+  s.notices.emplace_back(sender, std::string(s.notice, std::min(length, s.kNoticeBytes)));
   ++s.completions;
 }
 
@@ -61,7 +67,7 @@ void handle_notices(UcxTransport::State& s) {
   auto notices = std::move(s.notices);
   s.notices.clear();
   for (auto& [peer, reason] : notices)
-    if (peer >= 0 && peer < static_cast<int>(s.peers.size()))
+    if (peer >= 0 && peer < static_cast<int>(s.peers.size()) && peer != s.rank)
       s.fail_peer(peer, fmt::format("rank {} aborted: {}", peer, reason));
   if (!s.notice_posted) post_notice_receive(s);
 }
