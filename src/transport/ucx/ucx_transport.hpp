@@ -53,6 +53,8 @@ class UcxTransport final : public Transport {
   static bool cross_memory_attach_usable();
 
   struct State;  // UCP handles and per-peer bookkeeping: transport/ucx/state.hpp
+  // For tests of the protocol, which play a peer that breaks it.
+  State& state() noexcept { return *state_; }
 
  private:
   std::unique_ptr<State> state_;
