@@ -106,9 +106,9 @@ bool hierarchical_allgather_preferred(std::size_t block_bytes, int p) {
   return block_bytes * static_cast<std::size_t>(p) >= kHierarchicalFromBytes;
 }
 
-// How many times more a flat ring in rank order sends through the busiest
-// host link than the hierarchical row: AllReduce's ring sends 2(p-1)/p of
-// the buffer along each edge that leaves a host, the hierarchical
+// How many times more a flat ring sends through the busiest host link than
+// the hierarchical row: AllReduce's ring (in host order: one edge leaves
+// each host) sends 2(p-1)/p of the buffer along it, the hierarchical
 // 2(H-1)/H through each link; allgather's and reduce-scatter's rings p - 1
 // blocks per edge, the hierarchical L(H-1). Broadcast's flat chain sends
 // the buffer once per such edge, the hierarchical once per link; reduce's
@@ -123,7 +123,8 @@ double hierarchical_link_gain(CollectiveKind kind, const Topology& t) {
     return edges * (p - 1) / (per_host * (hosts - 1));
   if (kind == K::broadcast) return edges;
   if (kind == K::reduce) return edges * (p - 1) / p + (hosts - 1) / hosts;
-  return edges * (2 * (p - 1) / p) / (2 * (hosts - 1) / hosts);
+  // AllReduce's ring runs in host order (ring.cpp): it leaves each host once.
+  return (2 * (p - 1) / p) / (2 * (hosts - 1) / hosts);
 }
 
 // ---- what a shared-memory row writes into its slot, for a call of

@@ -1,9 +1,11 @@
 // Ring AllReduce: the ring's reduce-scatter phase, then its allgather phase
 // (coll/patterns/ring.hpp draws them), over p near-equal chunks of the
-// buffer. Rank r finishes chunk (r + 1) % p and passes it on first.
+// buffer. Rank r finishes chunk (r + 1) % p and passes it on first (r: its
+// position on the ring, which across hosts keeps each host's ranks together).
 #include "coll/ring.hpp"
 
 #include "coll/patterns/ring.hpp"
+#include "coll/topology.hpp"
 
 #include <cstring>
 
@@ -20,10 +22,18 @@ void ring_allreduce(const Collective& c, const void* send, void* recv, std::size
     return;  // avg over one rank divides by 1
   }
   const BlockLayout blocks = BlockLayout::near_equal(count, p);
+  // Across hosts whose ranks are not consecutive (dealt round-robin), the
+  // ring runs in host order, each host's ranks together, so that it leaves
+  // each host once instead of at every step.
+  std::vector<int> order;
+  if (c.topology != nullptr && c.topology->ring_edges_leaving_a_host() > 1)
+    order = c.topology->host_order();
+  const std::vector<int>* in_order = order.empty() ? nullptr : &order;
+  const int position = ring_position(c.transport, in_order);
   // Out of place, partial sums are made straight in recv (each chunk has its
   // place there) from what arrives and this rank's send; in place, what
   // arrives lands in scratch first.
-  const int owned = (c.transport.rank() + 1) % p;
+  const int owned = (position + 1) % p;
   ring_reduce_scatter(c, {.blocks = blocks,
                           .type = type,
                           .op = op,
@@ -31,8 +41,9 @@ void ring_allreduce(const Collective& c, const void* send, void* recv, std::size
                           .partial = [&](int j) { return out + blocks.offset(j, esize); },
                           .result = out + blocks.offset(owned, esize),
                           .finish = 1,
-                          .phase = 0});
-  ring_allgather(c, blocks, esize, out, 1, 1);
+                          .phase = 0,
+                          .order = in_order});
+  ring_allgather(c, blocks, esize, out, 1, 1, nullptr, in_order);
 }
 
 double ring_cost(const CostModel& m, double n, int ranks) {

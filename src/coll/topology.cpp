@@ -42,6 +42,12 @@ std::vector<int> Topology::peers_across_hosts(int local_rank) const {
   return peers;
 }
 
+std::vector<int> Topology::host_order() const {
+  std::vector<int> order;
+  for (const auto& ranks : members_) order.insert(order.end(), ranks.begin(), ranks.end());
+  return order;
+}
+
 int Topology::ring_edges_leaving_a_host() const {
   std::vector<int> leaving(members_.size());
   for (int r = 0; r < size(); ++r)

@@ -36,6 +36,9 @@ class Topology {
   bool uniform() const noexcept { return uniform_; }
   // The ranks with local rank `local_rank` on every host, by host (uniform only).
   std::vector<int> peers_across_hosts(int local_rank) const;
+  // Every rank, host by host (each host's ranks in order): a ring in this
+  // order leaves each host once.
+  std::vector<int> host_order() const;
   // The most edges of the flat ring (rank r to rank r + 1 mod p) that leave
   // one host: how many times the busiest host link carries a flat ring's
   // traffic (1 when each host's ranks are consecutive).

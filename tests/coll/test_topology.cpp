@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <barrier>
 #include <cmath>
 #include <cstdlib>
@@ -256,6 +257,35 @@ TEST(Topology, EachLevelsShareOfAHierarchicalCallIsPricedByItsOwnCosts) {
                                                   parse_topology("4x1", 4), 1 << 20);
   ASSERT_TRUE(one_each.has_value());
   EXPECT_EQ(one_each->within_host, 0.0);
+}
+
+// The flat ring AllReduce on ranks dealt round-robin runs in host order
+// (leaving each host once): exact sums, in place or not, the same on every
+// rank, with blocks by ring position.
+TEST(Topology, TheRingRunsInHostOrderWhereHostsAreInterleaved) {
+  EXPECT_EQ(parse_topology("0,1,0,1", 4).host_order(), (std::vector<int>{0, 2, 1, 3}));
+  EXPECT_EQ(parse_topology("1,0,0,1,1,0", 6).host_order(), (std::vector<int>{0, 3, 4, 1, 2, 5}));
+  for (const char* text : {"0,1,0,1", "1,0,0,1,1,0"}) {
+    const int p = static_cast<int>(std::count(text, text + std::strlen(text), ',')) + 1;
+    const ScopedTopology hosts(text);
+    const auto outcomes = testing::run_ranks(p, [&](Communicator& comm) {
+      for (bool in_place : {false, true}) {
+        const std::size_t count = 300001;  // several segments per block
+        std::vector<float> send(count), recv(count, -1.0f);
+        for (std::size_t i = 0; i < count; ++i)
+          send[i] = static_cast<float>((i % 97) * (comm.rank() + 1));
+        float* out = in_place ? send.data() : recv.data();
+        comm.allreduce(send.data(), out, count, DataType::float32, ReduceOp::sum,
+                       {Algorithm::ring});
+        const float ranks_sum = static_cast<float>(p * (p + 1) / 2);
+        for (std::size_t i = 0; i < count; i += 997)
+          require(out[i] == static_cast<float>(i % 97) * ranks_sum,
+                  std::string(text) + ": element " + std::to_string(i));
+        require(out[count - 1] == static_cast<float>((count - 1) % 97) * ranks_sum, text);
+      }
+    });
+    for (const auto& o : outcomes) EXPECT_FALSE(o.failed) << text << ": " << o.message;
+  }
 }
 
 // Ranks dealt round-robin over 2 hosts: a flat chain crosses the links at

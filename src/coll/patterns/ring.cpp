@@ -37,9 +37,31 @@ Segments segments_for(const Collective& c, const BlockLayout& blocks, std::size_
 
 }  // namespace
 
+int ring_position(const transport::Transport& t, const std::vector<int>* order) {
+  if (order == nullptr) return t.rank();
+  return static_cast<int>(std::find(order->begin(), order->end(), t.rank()) - order->begin());
+}
+
+namespace {
+
+// This rank's position on the ring and its neighbours' ranks.
+struct RingPlace {
+  int position, next, prev;
+};
+RingPlace ring_place(const transport::Transport& t, const std::vector<int>* order) {
+  const int p = t.size(), r = ring_position(t, order);
+  auto rank_at = [&](int position) {
+    return order == nullptr ? position : (*order)[static_cast<std::size_t>(position)];
+  };
+  return {r, rank_at((r + 1) % p), rank_at((r - 1 + p) % p)};
+}
+
+}  // namespace
+
 void ring_reduce_scatter(const Collective& c, const RingReduceScatter& ring) {
   transport::Transport& t = c.transport;
-  const int p = t.size(), r = t.rank();
+  const RingPlace place = ring_place(t, ring.order);
+  const int p = t.size(), r = place.position;
   const std::size_t esize = size_of(ring.type);
   const BlockLayout& blocks = ring.blocks;
   if (p == 1) {  // the one block is this rank's input (avg over one rank divides by 1)
@@ -49,7 +71,7 @@ void ring_reduce_scatter(const Collective& c, const RingReduceScatter& ring) {
     return;
   }
   const Segments seg = segments_for(c, blocks, esize, "reduce-scatter ring");
-  const int next = (r + 1) % p, prev = (r - 1 + p) % p;
+  const int next = place.next, prev = place.prev;
   auto block_of = [&](int x) { return ((x % p) + p) % p; };
   const auto n = [&](int j) { return blocks.counts[static_cast<std::size_t>(j)]; };
   const auto mine = [&](int j, std::size_t element) {
@@ -120,9 +142,11 @@ void ring_reduce_scatter(const Collective& c, const RingReduceScatter& ring) {
 }
 
 void ring_allgather(const Collective& c, const BlockLayout& blocks, std::size_t esize,
-                    std::byte* buffer, int start, unsigned phase, const std::byte* own) {
+                    std::byte* buffer, int start, unsigned phase, const std::byte* own,
+                    const std::vector<int>* order) {
   transport::Transport& t = c.transport;
-  const int p = t.size(), r = t.rank();
+  const RingPlace place = ring_place(t, order);
+  const int p = t.size(), r = place.position;
   const int first = ((r + start) % p + p) % p;
   std::byte* own_place = buffer + blocks.offset(first, esize);
   if (own == own_place) own = nullptr;
@@ -131,7 +155,7 @@ void ring_allgather(const Collective& c, const BlockLayout& blocks, std::size_t 
   };
   if (p == 1) return copy_own();
   const Segments seg = segments_for(c, blocks, esize, "allgather ring");
-  const int next = (r + 1) % p, prev = (r - 1 + p) % p;
+  const int next = place.next, prev = place.prev;
   auto block_of = [&](int x) { return ((x % p) + p) % p; };
   const auto n = [&](int j) { return blocks.counts[static_cast<std::size_t>(j)]; };
   const auto at = [&](int j, std::size_t element) {

@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <vector>
 
 namespace chorus::coll {
 
@@ -39,7 +40,14 @@ struct RingReduceScatter {
   std::byte* result;          // this rank's finished block (may be its input block)
   int finish = 0;             // rank r finishes block (r + finish) % p
   unsigned phase = 0;         // the half of the call's tag space used
+  // The ring's ranks in order (null: rank order). Then "rank r" above is
+  // the position in it: blocks belong to positions, for AllReduce only
+  // (see ring_allreduce: across hosts, each host's ranks kept together).
+  const std::vector<int>* order = nullptr;
 };
+// This rank's position on a ring of `order` (null: its rank).
+int ring_position(const transport::Transport& t, const std::vector<int>* order);
+
 // Runs the phase: `result` holds block (r + finish) % p reduced over all
 // ranks (avg: divided by p) when it returns, and every send has ended.
 void ring_reduce_scatter(const Collective& c, const RingReduceScatter& ring);
@@ -49,8 +57,9 @@ void ring_reduce_scatter(const Collective& c, const RingReduceScatter& ring);
 // With `own` set, rank r's block is read from there instead (out of place):
 // it is sent from `own` and copied into `buffer` while the first step's
 // messages are in flight, so the copy costs no step of its own.
+// `order`: as RingReduceScatter's.
 void ring_allgather(const Collective& c, const BlockLayout& blocks, std::size_t esize,
                     std::byte* buffer, int start, unsigned phase,
-                    const std::byte* own = nullptr);
+                    const std::byte* own = nullptr, const std::vector<int>* order = nullptr);
 
 }  // namespace chorus::coll
