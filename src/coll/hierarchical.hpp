@@ -16,9 +16,9 @@
 //
 // Each host link carries 2(H-1)/H of the buffer each way, the least
 // possible (the link bound), split evenly over the host's L ranks so that
-// all of them drive it; a flat ring in rank order sends 2(p-1)/p of it
-// along each ring edge that leaves a host (once per link when a host's
-// ranks are consecutive: 1.5x as much at 2 hosts x 2, 1.07x at 8 x 2).
+// all of them drive it; a flat ring (in host order: ring.cpp) sends
+// 2(p-1)/p of it along the one ring edge that leaves each host (1.5x as
+// much at 2 hosts x 2, 1.07x at 8 x 2).
 // Pieces are software-pipelined: while piece i crosses
 // the links, piece i+1 is reduced within the host and piece i-1 is spread
 // within it, so the intra-host steps hide behind the link.
