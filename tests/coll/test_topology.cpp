@@ -4,10 +4,12 @@
 // results on several topologies are in test_registry.cpp's matrix; across
 // real hosts in tests/lab.)
 #include "../comm/local_ranks.hpp"
+#include "local_transports.hpp"
 
 #include "coll/hierarchical.hpp"
 #include "shm/segment.hpp"
 #include "coll/registry.hpp"
+#include "coll/ring.hpp"
 #include "coll/topology.hpp"
 #include "common/host.hpp"
 
@@ -18,6 +20,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
@@ -285,6 +289,71 @@ TEST(Topology, TheRingRunsInHostOrderWhereHostsAreInterleaved) {
       }
     });
     for (const auto& o : outcomes) EXPECT_FALSE(o.failed) << text << ": " << o.message;
+  }
+}
+
+// Passes everything to a transport and records which peers this rank sent
+// to: what the ring's order is, seen from the wire.
+class SendRecordingTransport final : public transport::Transport {
+ public:
+  explicit SendRecordingTransport(transport::Transport& inner)
+      : Transport(inner.rank(), inner.size()), inner_(inner) {}
+  std::set<int> sent_to() const {
+    std::lock_guard lock(mutex_);
+    return sent_to_;
+  }
+  std::string_view name() const noexcept override { return "recording"; }
+  transport::AddressBlob address() override { return inner_.address(); }
+  void connect(std::span<const transport::AddressBlob> a, transport::Deadline d) override {
+    inner_.connect(a, d);
+  }
+  transport::RequestPtr isend(int peer, transport::Tag tag, const void* buf,
+                              std::size_t bytes) override {
+    {
+      std::lock_guard lock(mutex_);
+      sent_to_.insert(peer);
+    }
+    return inner_.isend(peer, tag, buf, bytes);
+  }
+  transport::RequestPtr irecv(int peer, transport::Tag tag, void* buf, std::size_t bytes) override {
+    return inner_.irecv(peer, tag, buf, bytes);
+  }
+  bool probe(int peer, transport::Tag tag) override { return inner_.probe(peer, tag); }
+  bool progress() override { return inner_.progress(); }
+  void wait_for_activity(transport::Deadline until) override { inner_.wait_for_activity(until); }
+  void abort(const std::string& reason) override { inner_.abort(reason); }
+
+ private:
+  transport::Transport& inner_;
+  mutable std::mutex mutex_;
+  std::set<int> sent_to_;
+};
+
+// The same ring, watched on the wire: on hosts 0,1,0,1 every rank sends to
+// its successor in host order (0 -> 2 -> 1 -> 3 -> 0), so the ring crosses
+// from host 0 to host 1 once (2 -> 1) and back once (3 -> 0); in rank order
+// it would cross at all four steps. On consecutive hosts it stays in rank
+// order.
+TEST(Topology, TheInterleavedRingSendsOnlyToItsSuccessorInHostOrder) {
+  for (const auto& [text, successor] :
+       {std::pair{"0,1,0,1", std::vector<int>{2, 3, 1, 0}},
+        std::pair{"0,0,1,1", std::vector<int>{1, 2, 3, 0}}}) {
+    const Topology hosts = parse_topology(text, 4);
+    std::vector<std::set<int>> sent_to(4);
+    testing::run_on_local_transports(4, [&](transport::LocalTransport& local, int r) {
+      SendRecordingTransport t(local);
+      const coll::Collective c{.transport = t, .sequence = 7,
+                               .deadline = transport::deadline_after(60), .topology = &hosts};
+      std::vector<float> data(100000, static_cast<float>(r + 1));
+      coll::ring_allreduce(c, data.data(), data.data(), data.size(), DataType::float32,
+                           ReduceOp::sum);
+      require(data.front() == 10.0f && data.back() == 10.0f, "sum");
+      sent_to[static_cast<std::size_t>(r)] = t.sent_to();
+    });
+    for (int r = 0; r < 4; ++r)
+      EXPECT_EQ(sent_to[static_cast<std::size_t>(r)],
+                std::set<int>{successor[static_cast<std::size_t>(r)]})
+          << text << ": rank " << r;
   }
 }
 
