@@ -1,5 +1,6 @@
 // The conformance scenarios over the local transport (ranks as threads), and
 // the in-process checks of the TCP transport's address choice and handshake.
+#include "common/logging.hpp"
 #include "common/socket.hpp"
 #include "conformance.hpp"
 #include "transport/local/local_transport.hpp"
@@ -7,11 +8,14 @@
 #include "transport/tcp/tcp_transport.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include <atomic>
 #include <chrono>
 #include <exception>
+#include <filesystem>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -149,6 +153,75 @@ TEST(LocalTransport, WaitTimesOutNamingPeerTagAndSize) {
     }
     t.wait(*t.isend(1, 0x99, &v, sizeof v), transport::deadline_after(30));
   }));
+}
+
+// Finding 11 of issue 19, the rank's own listener: out of descriptors,
+// accept() fails with EMFILE while the listener stays readable, so a loop
+// that polls it again at once spins. The rank must stop watching it for a
+// moment (one WARN saying why, not one per pause) and accept again once
+// descriptors are free.
+TEST(TcpLimits, OutOfDescriptorsTheRankPausesAcceptingInsteadOfSpinning) {
+  setenv("CHORUS_SOCKET_CONNECT", "lazy", 1);
+  transport::TcpTransport zero(0, 2), one(1, 2);
+  const transport::AddressBlob all[] = {zero.address(), one.address()};
+  zero.connect(all, transport::deadline_after(10));
+  one.connect(all, transport::deadline_after(10));
+  unsetenv("CHORUS_SOCKET_CONNECT");
+  // Connections waiting in the listener's backlog, not yet accepted.
+  const net::SocketAddress at = transport::tcp::decode_address(all[0], 0);
+  std::vector<net::Fd> waiting;
+  for (int i = 0; i < 4; ++i) {
+    net::Fd fd(::socket(at.family(), SOCK_STREAM | SOCK_CLOEXEC, 0));
+    ASSERT_EQ(::connect(fd.get(), at.get(), at.length), 0);
+    waiting.push_back(std::move(fd));
+  }
+  // No descriptor left for this process: every accept() fails with EMFILE.
+  rlimit before{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &before), 0);
+  const auto open_now = static_cast<rlim_t>(
+      std::distance(std::filesystem::directory_iterator("/proc/self/fd"), {}) - 1);
+  rlimit none = before;
+  none.rlim_cur = open_now;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &none), 0);
+
+  std::mutex mutex;
+  int cannot_accept = 0;
+  log::set_sink([&](std::string_view line) {
+    std::lock_guard lock(mutex);
+    if (line.find("cannot accept connections") != std::string_view::npos) ++cannot_accept;
+  });
+  timespec cpu_start{}, cpu_end{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu_start);
+  int wakeups = 0;
+  const auto second = transport::deadline_after(1);
+  while (transport::Clock::now() < second) {
+    zero.wait_for_activity(second);
+    ++wakeups;
+  }
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu_end);
+  setrlimit(RLIMIT_NOFILE, &before);
+  log::set_sink(nullptr);
+  const double cpu = static_cast<double>(cpu_end.tv_sec - cpu_start.tv_sec) +
+                     static_cast<double>(cpu_end.tv_nsec - cpu_start.tv_nsec) * 1e-9;
+  // Pausing: a wake-up per 20-50 ms. Spinning: epoll_wait returns at once,
+  // tens of thousands of times, and takes the whole second of CPU.
+  EXPECT_LE(wakeups, 200) << "the rank spun on its listener (" << cpu << " s of CPU)";
+  EXPECT_LT(cpu, 0.25) << "the rank spun on its listener (" << wakeups << " wake-ups)";
+  EXPECT_EQ(cannot_accept, 1) << "one WARN saying why, not one per pause";
+
+  // Descriptors free again: the waiting connections are accepted (and,
+  // being silent and then closed, dropped), and rank 1's link opens.
+  waiting.clear();
+  std::uint32_t got = 0, sent = 91;
+  auto r = zero.irecv(1, 3, &got, sizeof got);
+  auto s = one.isend(0, 3, &sent, sizeof sent);
+  const auto deadline = transport::deadline_after(10);
+  while (!(r->done() && s->done()) && transport::Clock::now() < deadline) {
+    zero.progress();
+    one.progress();
+  }
+  ASSERT_TRUE(r->done() && s->done()) << "rank 0 never accepted again";
+  EXPECT_EQ(got, 91u);
 }
 
 }  // namespace

@@ -245,8 +245,14 @@ void TcpTransport::accept_incoming() {
     if (fd < 0) {
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
         // The listener stays readable: stop watching it for a moment
-        // instead of spinning.
-        log::warn("tcp: rank {} cannot accept connections: {}", rank(), net::errno_text(errno));
+        // instead of spinning (and say so every few seconds, not at every
+        // pause).
+        if (Clock::now() - said_cannot_accept_ > std::chrono::seconds(5)) {
+          log::warn("tcp: rank {} cannot accept connections: {}; {} unidentified connections "
+                    "held; trying again every {} ms",
+                    rank(), net::errno_text(errno), incoming_.size(), kRetryPause.count());
+          said_cannot_accept_ = Clock::now();
+        }
         epoll_event ev{};
         ev.data.u64 = kListenerKey;
         epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, listener_.get(), &ev);

@@ -119,6 +119,7 @@ class TcpTransport final : public Transport {
   std::vector<int> retrying_;                 // ranks whose link opens again later
   Clock::time_point accept_paused_until_{};   // out of descriptors: not accepting until then
   Clock::time_point last_refusal_log_{};
+  Clock::time_point said_cannot_accept_{};    // the last "cannot accept" WARN
   std::string aborted_;  // after abort(): the reason peers made later are dead with
   bool lazy_ = false;    // links open at the first message (CHORUS_SOCKET_CONNECT)
   bool connected_ = false;
