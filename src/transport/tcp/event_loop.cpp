@@ -144,7 +144,7 @@ bool TcpTransport::read_from(Peer& peer) {
   // arrives (level-triggered).
   bool drained = false;
   if (peer.link != Peer::Link::established) return false;
-  if (peer.staging.empty()) peer.staging.resize(kStagingBytes);
+  if (peer.staging.empty()) peer.staging.allocate(kStagingBytes);
   while (!peer.dead) {
     if (!peer.in_payload && peer.unexpected_bytes > max_unexpected_) {
       pause_reading(peer);
@@ -180,7 +180,7 @@ bool TcpTransport::read_from(Peer& peer) {
         continue;
       }
     } else if (peer.staged() >= sizeof(FrameHeader)) {
-      peer.current = decode_header(std::span(peer.staging).subspan(peer.staged_begin));
+      peer.current = decode_header(std::span(peer.staging.data() + peer.staged_begin, peer.staged()));
       peer.staged_begin += sizeof(FrameHeader);
       on_header(peer);
       moved = true;

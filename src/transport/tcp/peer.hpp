@@ -9,6 +9,7 @@
 
 #include <deque>
 #include <list>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -18,6 +19,25 @@ namespace chorus::transport {
 
 inline constexpr std::size_t kStagingBytes = 256 * 1024;
 
+// Bytes that are not zeroed when allocated: the kernel gives the pages
+// when they are first written, so a link that carries only small messages
+// costs a page or two of its 256 KiB, not all of it (and no memset: at
+// start-up of thousands of lazily linked ranks, zeroing these buffers was
+// half the time).
+class StagingBuffer {
+ public:
+  bool empty() const noexcept { return size_ == 0; }
+  std::size_t size() const noexcept { return size_; }
+  std::byte* data() noexcept { return bytes_.get(); }
+  void allocate(std::size_t size) {
+    bytes_.reset(new std::byte[size]);  // default-initialized: not zeroed
+    size_ = size;
+  }
+
+ private:
+  std::unique_ptr<std::byte[]> bytes_;
+  std::size_t size_ = 0;
+};
 
 struct OutFrame {
   tcp::FrameHeader header;
@@ -88,7 +108,7 @@ struct TcpTransport::Peer {
   // Reading: bytes land in `staging`, or straight in a posted buffer. It is
   // allocated at the first read, so that ranks that never hear from most
   // peers do not pay kStagingBytes for each.
-  std::vector<std::byte> staging;
+  StagingBuffer staging;
   std::size_t staged_begin = 0, staged_end = 0;
   bool in_payload = false;
   tcp::FrameHeader current{};
