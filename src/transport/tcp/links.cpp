@@ -369,6 +369,7 @@ void TcpTransport::on_incoming_event(Incoming& in) {
   in.sent.proof = link_proof(*link_key_, true, in.hello, in.sent);
   if (!send_all(in.fd, &in.sent, sizeof in.sent)) return drop_incoming(in);
   in.stage = Incoming::Stage::proof;
+  in.give_up_at = Clock::now() + kHandshakeTime;  // the peer's turn: its proof
   ++peer_at(from).incoming_pending;
 }
 
@@ -413,9 +414,20 @@ int TcpTransport::link_housekeeping(int timeout_ms) {
   for (auto it = incoming_.begin(); it != incoming_.end();) {
     auto next = std::next(it);
     if (now >= it->give_up_at) {
-      log::warn("tcp: rank {} dropped a connection from {}: no handshake within {} s", rank(),
-                it->from, kHandshakeTime.count());
-      drop_incoming(*it);
+      // Read what has arrived first: a rank that could not run for a while
+      // (ranks outnumber cores) must not drop a peer whose handshake waits
+      // unread in the socket.
+      Incoming* in = &*it;
+      const auto stage = in->stage;
+      const std::size_t got = in->got;
+      on_incoming_event(*in);  // may finish it, move it on, or drop it
+      const bool still_there = std::any_of(incoming_.begin(), incoming_.end(),
+                                           [&](const Incoming& x) { return &x == in; });
+      if (still_there && in->stage == stage && in->got == got) {
+        log::warn("tcp: rank {} dropped a connection from {}: no handshake within {} s", rank(),
+                  in->from, kHandshakeTime.count());
+        drop_incoming(*in);
+      }
     }
     it = next;
   }
