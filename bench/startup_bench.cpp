@@ -129,26 +129,31 @@ int main(int argc, char** argv) {
   }
   if (ranks < 2 || per_process < 1) return 2;
   const std::string secret = auth::generate_secret_text();
-  bootstrap::StoreServer server("127.0.0.1", 0, auth::Secret(secret));
   const auto start = Clock::now();
-  rusage before{};
-  getrusage(RUSAGE_SELF, &before);
 
+  // Every process is forked before the store server's thread starts: a
+  // child forked while that thread holds one of OpenSSL's locks (hashing a
+  // handshake) would wait on that lock forever. The children learn the
+  // server's port through a pipe.
   struct Child {
     pid_t pid;
     int report_fd;
     int release_fd;
+    int port_fd;
   };
   std::vector<Child> children;
   for (int first = 0; first < ranks; first += per_process) {
     const int count = std::min(per_process, ranks - first);
-    int report[2], release[2];
-    if (pipe(report) != 0 || pipe(release) != 0) return 1;
+    int report[2], release[2], port[2];
+    if (pipe(report) != 0 || pipe(release) != 0 || pipe(port) != 0) return 1;
     const pid_t pid = fork();
     if (pid == 0) {
       close(report[0]);
       close(release[1]);
-      Report r = run_ranks(first, count, ranks, server.port(), secret, start);
+      close(port[1]);
+      std::uint16_t server_port = 0;
+      if (read(port[0], &server_port, sizeof server_port) != sizeof server_port) _exit(1);
+      Report r = run_ranks(first, count, ranks, server_port, secret, start);
       [[maybe_unused]] auto n = write(report[1], &r, sizeof r);
       char c;
       [[maybe_unused]] auto m = read(release[0], &c, 1);  // until every process is done
@@ -157,7 +162,16 @@ int main(int argc, char** argv) {
     }
     close(report[1]);
     close(release[0]);
-    children.push_back({pid, report[0], release[1]});
+    close(port[0]);
+    children.push_back({pid, report[0], release[1], port[1]});
+  }
+  bootstrap::StoreServer server("127.0.0.1", 0, auth::Secret(secret));
+  rusage before{};
+  getrusage(RUSAGE_SELF, &before);
+  for (auto& c : children) {
+    const std::uint16_t port = server.port();
+    if (write(c.port_fd, &port, sizeof port) != sizeof port) return 1;
+    close(c.port_fd);
   }
   Report total;
   long worst_kib_per_rank = 0;
