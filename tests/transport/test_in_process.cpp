@@ -414,6 +414,51 @@ TEST(TcpHandshake, AnImpostorThatKnowsEveryAddressButNotTheSecretIsRefused) {
   EXPECT_EQ(from_two, 0xC0FFEEu);
 }
 
+// Issue 18: no head-of-line blocking. A large message's DATA goes in 512
+// KiB frames, and a small message sent while it flows goes ahead of the
+// frames not yet begun: it arrives long before the large one ends (with the
+// DATA as one frame it arrived after all 128 MiB). Both arrive intact.
+TEST(TcpOrdering, ASmallMessageDoesNotWaitBehindALargeOneInFlight) {
+  transport::TcpTransport zero(0, 2), one(1, 2);
+  const transport::AddressBlob all[] = {zero.address(), one.address()};
+  std::thread t([&] { one.connect(all, transport::deadline_after(30)); });
+  zero.connect(all, transport::deadline_after(30));
+  t.join();
+
+  constexpr std::size_t kLarge = 128u << 20;
+  std::vector<std::uint32_t> sent(kLarge / 4), got(kLarge / 4, 0);
+  for (std::size_t i = 0; i < sent.size(); ++i)  // never 0: `got` starts 0
+    sent[i] = static_cast<std::uint32_t>(i * 2654435761u + 1);
+  std::uint32_t small_got = 0;
+  const std::uint32_t small_sent = 0x5A11;
+  auto large_in = zero.irecv(1, 1, got.data(), kLarge);
+  auto small_in = zero.irecv(1, 2, &small_got, sizeof small_got);
+  auto large_out = one.isend(0, 1, sent.data(), kLarge);
+  const auto deadline = transport::deadline_after(60);
+  // Until the large message's data flows (its first bytes have landed).
+  while (got[0] != sent[0] && transport::Clock::now() < deadline) {
+    zero.progress();
+    one.progress();
+  }
+  ASSERT_EQ(got[0], sent[0]) << "the large message never started";
+  auto small_out = one.isend(0, 2, &small_sent, sizeof small_sent);
+  while (!small_in->done() && !large_in->done() && transport::Clock::now() < deadline) {
+    zero.progress();
+    one.progress();
+  }
+  EXPECT_TRUE(small_in->done()) << "the small message waited for the large one";
+  EXPECT_FALSE(large_in->done());
+  while (!(large_in->done() && small_in->done() && large_out->done() && small_out->done()) &&
+         transport::Clock::now() < deadline) {
+    zero.progress();
+    one.progress();
+  }
+  ASSERT_TRUE(large_in->done() && large_out->done());
+  EXPECT_EQ(large_in->received_bytes(), kLarge);
+  EXPECT_EQ(small_got, small_sent);
+  EXPECT_TRUE(got == sent) << "the large message arrived damaged";
+}
+
 // Finding 4 of issue 19: a peer sending 4000 eager 64 KiB messages nobody
 // asked for grew a rank from 13 MB to 270 MB. Now the rank stops reading
 // that peer at CHORUS_SOCKET_UNEXPECTED_BYTES (4 MiB here) and TCP's flow

@@ -75,6 +75,19 @@ bool TcpTransport::resume_reading(Peer& peer) {
   return read_from(peer);  // what is staged already: epoll will not report it
 }
 
+void queue_frame(std::deque<OutFrame>& sendq, OutFrame frame) {
+  if (frame.header.type == static_cast<std::uint8_t>(FrameType::data)) {
+    sendq.push_back(std::move(frame));
+    return;
+  }
+  auto it = sendq.begin();
+  if (it != sendq.end() && it->written > 0) ++it;  // being written: it stays first
+  it = std::find_if(it, sendq.end(), [](const OutFrame& f) {
+    return f.header.type == static_cast<std::uint8_t>(FrameType::data);
+  });
+  sendq.insert(it, std::move(frame));
+}
+
 bool TcpTransport::write_to(Peer& peer) {
   bool moved = false;
   if (peer.link != Peer::Link::established) return false;  // queued until it is

@@ -63,6 +63,19 @@ struct Unexpected {
   RequestPtr self_send;
 };
 
+// A large message's DATA goes in frames of at most this many bytes, so that
+// a frame queued after it waits for one such frame, not the whole message
+// (4 ms at 1 Gbit/s).
+inline constexpr std::size_t kDataFrameBytes = 512 * 1024;
+
+// Queues `frame` to send. DATA frames go last, in order; any other frame
+// (a small message, a rendezvous announcement or answer, an abort) goes
+// ahead of every DATA frame not yet begun, behind the other frames already
+// there: no head-of-line blocking of small messages behind large ones, and
+// the other frames keep their order. (A large message is matched by its
+// announcement, which keeps its place, so receives match in posting order.)
+void queue_frame(std::deque<OutFrame>& sendq, OutFrame frame);
+
 // What an unexpected message costs the receiver until a receive takes it.
 inline std::size_t unexpected_cost(const Unexpected& u) { return sizeof u + u.data.size(); }
 
@@ -102,6 +115,7 @@ struct TcpTransport::Peer {
   struct PendingReceive {
     PostedReceive receive;
     std::size_t length;
+    std::size_t received = 0;  // of its DATA frames' bytes so far
   };
   std::unordered_map<std::uint64_t, PendingReceive> rndv_recvs;  // CTS sent, awaiting DATA
 
@@ -116,6 +130,7 @@ struct TcpTransport::Peer {
   std::byte* target = nullptr;
   std::size_t remaining = 0;
   PostedReceive sink_receive{};
+  std::size_t sink_message_bytes = 0;  // rendezvous: the whole message, on its last DATA frame
   Unexpected* sink_unexpected = nullptr;
   std::string abort_reason;
 

@@ -23,8 +23,10 @@ void TcpTransport::on_payload(Peer& peer) {
   peer.target = nullptr;
   switch (sink) {
     case Peer::Sink::posted:
-    case Peer::Sink::rendezvous:
       peer.sink_receive.request->complete(h.length);
+      break;
+    case Peer::Sink::rendezvous:  // complete with its last DATA frame
+      if (peer.sink_message_bytes > 0) peer.sink_receive.request->complete(peer.sink_message_bytes);
       break;
     case Peer::Sink::unexpected: {
       Unexpected* u = std::exchange(peer.sink_unexpected, nullptr);
@@ -90,12 +92,12 @@ void TcpTransport::on_header(Peer& peer) {
           receive->request->fail(
               ErrorCode::invalid_argument,
               truncation_message(rank(), peer.rank, h.tag, h.length, receive->capacity));
-          peer.sendq.push_back(
-              {make_header(FrameType::reject, h.tag, 0, h.id), nullptr, 0, 0, nullptr, {}});
+          queue_frame(peer.sendq,
+                      {make_header(FrameType::reject, h.tag, 0, h.id), nullptr, 0, 0, nullptr, {}});
         } else {
           peer.rndv_recvs[h.id] = {*receive, h.length};
-          peer.sendq.push_back(
-              {make_header(FrameType::cts, h.tag, 0, h.id), nullptr, 0, 0, nullptr, {}});
+          queue_frame(peer.sendq,
+                      {make_header(FrameType::cts, h.tag, 0, h.id), nullptr, 0, 0, nullptr, {}});
         }
       } else {
         Unexpected u{h.tag, h.length, true, h.id};
@@ -111,8 +113,12 @@ void TcpTransport::on_header(Peer& peer) {
       if (it == peer.rndv_sends.end()) return malformed("clear-to-send for an unknown message");
       auto s = it->second;
       peer.rndv_sends.erase(it);
-      peer.sendq.push_back(
-          {make_header(FrameType::data, h.tag, s.bytes, h.id), s.buf, s.bytes, 0, s.request, {}});
+      for (std::size_t at = 0; at < s.bytes; at += kDataFrameBytes) {
+        const std::size_t bytes = std::min(kDataFrameBytes, s.bytes - at);
+        const bool last = at + bytes == s.bytes;  // the request completes with it
+        queue_frame(peer.sendq, {make_header(FrameType::data, h.tag, bytes, h.id), s.buf + at,
+                                 bytes, 0, last ? s.request : nullptr, {}});
+      }
       write_to(peer);
       break;
     }
@@ -126,12 +132,19 @@ void TcpTransport::on_header(Peer& peer) {
     case FrameType::data: {
       auto it = peer.rndv_recvs.find(h.id);
       if (it == peer.rndv_recvs.end()) return malformed("data for an unknown message");
-      if (h.length != it->second.length)
-        return malformed(fmt::format("data of {} bytes for a message announced as {}", h.length,
-                                     it->second.length));
-      peer.sink_receive = it->second.receive;
-      peer.rndv_recvs.erase(it);
-      start_payload(Peer::Sink::rendezvous, peer.sink_receive.buf);
+      auto& pending = it->second;
+      if (h.length == 0 || h.length > pending.length - pending.received)
+        return malformed(fmt::format("data of {} bytes where {} of a {}-byte message remain",
+                                     h.length, pending.length - pending.received, pending.length));
+      peer.sink_receive = pending.receive;
+      std::byte* at = pending.receive.buf + pending.received;
+      pending.received += h.length;
+      peer.sink_message_bytes = 0;
+      if (pending.received == pending.length) {  // the last frame of it
+        peer.sink_message_bytes = pending.length;
+        peer.rndv_recvs.erase(it);
+      }
+      start_payload(Peer::Sink::rendezvous, at);
       break;
     }
     case FrameType::abort: {

@@ -15,9 +15,11 @@
 // frame and are received straight into the posted buffer when one is posted
 // (else buffered). Larger ones send RTS; the receiver answers CTS once a
 // matching receive exists (or REJECT when it is too small), and the sender
-// then streams the DATA straight from its buffer into the receiver's. So an
-// unexpected large message costs no memory at the receiver, and a receive
-// never blocks the connection for other tags.
+// then streams the DATA straight from its buffer into the receiver's, in
+// 512 KiB frames that every other frame overtakes (peer.hpp queue_frame).
+// So an unexpected large message costs no memory at the receiver, a receive
+// never blocks the connection for other tags, and a small message waits
+// behind a large one for one DATA frame at most.
 //
 // Anything malformed closes that connection with a logged reason and fails
 // the requests with that peer; it never crashes the process.
