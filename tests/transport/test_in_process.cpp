@@ -16,6 +16,7 @@
 #include <exception>
 #include <filesystem>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -155,18 +156,40 @@ TEST(LocalTransport, WaitTimesOutNamingPeerTagAndSize) {
   }));
 }
 
+// Ranks 0 and 1 of 2, connected with links that open at the first message
+// (none is open yet).
+void connect_lazily(transport::TcpTransport& zero, transport::TcpTransport& one,
+                    std::span<const transport::AddressBlob> all) {
+  setenv("CHORUS_SOCKET_CONNECT", "lazy", 1);
+  zero.connect(all, transport::deadline_after(10));
+  one.connect(all, transport::deadline_after(10));
+  unsetenv("CHORUS_SOCKET_CONNECT");
+}
+
+// Rank 1 sends `value` to rank 0, this thread moving both; what rank 0 got
+// (0 when it got nothing within 10 s).
+std::uint32_t one_sends_to_zero(transport::TcpTransport& zero, transport::TcpTransport& one,
+                                std::uint32_t value) {
+  std::uint32_t got = 0;
+  auto r = zero.irecv(1, 3, &got, sizeof got);
+  auto s = one.isend(0, 3, &value, sizeof value);
+  const auto deadline = transport::deadline_after(10);
+  while (!(r->done() && s->done()) && transport::Clock::now() < deadline) {
+    zero.progress();
+    one.progress();
+  }
+  return r->done() && s->done() ? got : 0;
+}
+
 // Finding 11 of issue 19, the rank's own listener: out of descriptors,
 // accept() fails with EMFILE while the listener stays readable, so a loop
 // that polls it again at once spins. The rank must stop watching it for a
 // moment (one WARN saying why, not one per pause) and accept again once
 // descriptors are free.
 TEST(TcpLimits, OutOfDescriptorsTheRankPausesAcceptingInsteadOfSpinning) {
-  setenv("CHORUS_SOCKET_CONNECT", "lazy", 1);
   transport::TcpTransport zero(0, 2), one(1, 2);
   const transport::AddressBlob all[] = {zero.address(), one.address()};
-  zero.connect(all, transport::deadline_after(10));
-  one.connect(all, transport::deadline_after(10));
-  unsetenv("CHORUS_SOCKET_CONNECT");
+  connect_lazily(zero, one, all);
   // Connections waiting in the listener's backlog, not yet accepted.
   const net::SocketAddress at = transport::tcp::decode_address(all[0], 0);
   std::vector<net::Fd> waiting;
@@ -212,16 +235,7 @@ TEST(TcpLimits, OutOfDescriptorsTheRankPausesAcceptingInsteadOfSpinning) {
   // Descriptors free again: the waiting connections are accepted (and,
   // being silent and then closed, dropped), and rank 1's link opens.
   waiting.clear();
-  std::uint32_t got = 0, sent = 91;
-  auto r = zero.irecv(1, 3, &got, sizeof got);
-  auto s = one.isend(0, 3, &sent, sizeof sent);
-  const auto deadline = transport::deadline_after(10);
-  while (!(r->done() && s->done()) && transport::Clock::now() < deadline) {
-    zero.progress();
-    one.progress();
-  }
-  ASSERT_TRUE(r->done() && s->done()) << "rank 0 never accepted again";
-  EXPECT_EQ(got, 91u);
+  EXPECT_EQ(one_sends_to_zero(zero, one, 91), 91u) << "rank 0 never accepted again";
 }
 
 }  // namespace
@@ -513,12 +527,9 @@ TEST(TcpLimits, AFloodOfUnexpectedMessagesIsThrottledThenDelivered) {
 // 65th of a flood of silent ones is closed at once, and a real peer still
 // gets through once the flood has gone.
 TEST(TcpLimits, SilentConnectionsAreCappedAndTheRealPeerStillConnects) {
-  setenv("CHORUS_SOCKET_CONNECT", "lazy", 1);
   transport::TcpTransport zero(0, 2), one(1, 2);
   const transport::AddressBlob all[] = {zero.address(), one.address()};
-  zero.connect(all, transport::deadline_after(10));
-  one.connect(all, transport::deadline_after(10));
-  unsetenv("CHORUS_SOCKET_CONNECT");
+  connect_lazily(zero, one, all);
   const net::SocketAddress at = transport::tcp::decode_address(all[0], 0);
   std::vector<net::Fd> flood;
   std::atomic<bool> opened{false};
@@ -540,16 +551,7 @@ TEST(TcpLimits, SilentConnectionsAreCappedAndTheRealPeerStillConnects) {
   }
   EXPECT_EQ(closed, 80 - 64) << "the unproven connections beyond the cap were not closed";
   flood.clear();  // the strangers leave; rank 1's link is proven as usual
-  std::uint32_t got = 0, sent = 77;
-  auto r = zero.irecv(1, 3, &got, sizeof got);
-  auto s = one.isend(0, 3, &sent, sizeof sent);
-  const auto deadline = transport::deadline_after(10);
-  while (!(r->done() && s->done()) && transport::Clock::now() < deadline) {
-    zero.progress();
-    one.progress();
-  }
-  ASSERT_TRUE(r->done() && s->done());
-  EXPECT_EQ(got, 77u);
+  EXPECT_EQ(one_sends_to_zero(zero, one, 77), 77u);
 }
 
 }  // namespace

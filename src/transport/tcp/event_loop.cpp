@@ -193,7 +193,8 @@ bool TcpTransport::read_from(Peer& peer) {
         continue;
       }
     } else if (peer.staged() >= sizeof(FrameHeader)) {
-      peer.current = decode_header(std::span(peer.staging.data() + peer.staged_begin, peer.staged()));
+      peer.current =
+          decode_header(std::span(peer.staging.data() + peer.staged_begin, peer.staged()));
       peer.staged_begin += sizeof(FrameHeader);
       on_header(peer);
       moved = true;

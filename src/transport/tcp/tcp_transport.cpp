@@ -62,11 +62,13 @@ RequestPtr TcpTransport::isend(int peer_rank, Tag tag, const void* buf, std::siz
   }
   const auto* data = static_cast<const std::byte*>(buf);
   if (bytes <= options_.eager_limit) {
-    queue_frame(peer.sendq, {make_header(FrameType::eager, tag, bytes, 0), data, bytes, 0, request, {}});
+    queue_frame(peer.sendq,
+                {make_header(FrameType::eager, tag, bytes, 0), data, bytes, 0, request, {}});
   } else {
     const std::uint64_t id = next_send_id_++;
     peer.rndv_sends[id] = {request, data, bytes};
-    queue_frame(peer.sendq, {make_header(FrameType::rts, tag, bytes, id), nullptr, 0, 0, nullptr, {}});
+    queue_frame(peer.sendq,
+                {make_header(FrameType::rts, tag, bytes, id), nullptr, 0, 0, nullptr, {}});
   }
   want_link(peer);
   write_to(peer);
@@ -128,7 +130,8 @@ RequestPtr TcpTransport::irecv(int peer_rank, Tag tag, void* buf, std::size_t by
       if (u.self_send) u.self_send->complete();
     } else if (u.is_rts) {
       peer.rndv_recvs[u.id] = {receive, u.length};
-      queue_frame(peer.sendq, {make_header(FrameType::cts, tag, 0, u.id), nullptr, 0, 0, nullptr, {}});
+      queue_frame(peer.sendq,
+                  {make_header(FrameType::cts, tag, 0, u.id), nullptr, 0, 0, nullptr, {}});
     } else {
       deliver(receive, rank(), u.self_buf ? u.self_buf : u.data.data(), u.length);
       if (u.self_send) u.self_send->complete();
