@@ -11,6 +11,10 @@
 #                             the other host's ranks fail within 5 s naming the peer and its host
 #     link_down TRANSPORT     a host's link goes down mid-AllReduce: every rank fails
 #                             within CHORUS_TIMEOUT (+ slack), naming whom it waited for
+#     host_removed TRANSPORT  a host is removed mid-AllReduce (its link deleted, its ranks
+#                             killed, its network namespace deleted, nothing reaching the
+#                             others): the other host's ranks fail within CHORUS_TIMEOUT
+#                             (+ slack), naming whom they waited for and the hosts
 #     torchrun TRANSPORT      2 hosts x 2 ranks under torchrun, one agent per host
 #                             (static rendezvous at host 0): examples/ddp_train.py on the
 #                             chorus backend ends with identical parameters, and the
@@ -130,6 +134,18 @@ case $case in
     ip link set "${link:0:15}" down
     wait_all
     for r in 0 1 2 3; do check_failed $r "$start" 10000; done
+    ;;
+  host_removed)
+    CHORUS_TIMEOUT=6 start_ranks 2 2 90 "$worker" until_failure
+    wait_looping
+    start=$(now_ms)
+    link="nlb-$NETLAB_NAME-1"
+    ip link delete "${link:0:15}"  # first: no FIN or reset gets out
+    kill -KILL "$(cat /run/netlab/$NETLAB_NAME/h1.pid)"
+    ip netns delete "nl-$NETLAB_NAME-h1"
+    wait_all
+    check_failed 0 "$start" 10000
+    check_failed 1 "$start" 10000
     ;;
   torchrun)
     python=${CHORUS_PYTHON:-/usr/bin/python3}
