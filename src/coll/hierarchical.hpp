@@ -43,8 +43,12 @@ namespace chorus::coll {
 // pieces' stages, which nothing hides, are short. Measured in the 2 x 2
 // lab at 1 Gbit/s (docs/performance.md "Many hosts"): 64-256 KiB pieces
 // take 1.00-1.05x the link bound from 1 to 64 MiB, 1 MiB pieces 1.10-1.21x,
-// 4 MiB pieces 1.2-1.7x; 128 KiB also keeps 256 KiB calls at the bound.
-inline constexpr std::size_t kHierarchicalPieceBytes = 128 << 10;
+// 4 MiB pieces 1.2-1.7x. 64 KiB, TCP's eager limit: a piece goes without a
+// rendezvous, whose clear-to-send would cross the loaded link the other way
+// (behind up to 50 ms of the shaper's queue there): the reduce-scatter's
+// partials, made one by one, went at half the link's rate in 128 KiB
+// pieces (16 MiB: 118 ms, now 89; the bound 67).
+inline constexpr std::size_t kHierarchicalPieceBytes = 64 << 10;
 // ...but at least this much per message: 8 hosts x 2 ranks (p = 16, 8 KiB
 // messages) took 1.61-1.76 s at 64 MiB, with 32 KiB messages 1.36-1.42 s,
 // with 128 KiB 1.47-1.51 s.
