@@ -1,17 +1,21 @@
 // Start-up at scale: how long N ranks take from nothing to "connected, and
 // a first message through", and what each rank holds by then.
 //
-//   startup_bench --ranks N [--per-process M] [--transport tcp]
+//   startup_bench --ranks N [--per-process M] [--all-addresses]
 //
 // The ranks are threads, M to a process (default 512; a process holds a
 // few descriptors per rank, and the machine's limit is per process), all
 // meeting at one store server with a job secret, as a real job would:
-// every rank creates its TCP transport, publishes its address, fetches
-// everyone's (store_allgather), connects (lazy links beyond 64 ranks), then
-// sends 8 bytes to the next rank of a ring and receives from the previous.
-// Printed: the time until every rank had every address, until every ring
-// message arrived, the store server's CPU time, and the memory per rank
-// (each process's resident growth over its ranks, the worst process).
+// every rank creates its TCP transport, publishes its address and connects
+// as Chorus does (beyond 64 ranks: bootstrap::connect_looking_up, links and
+// addresses at the first message), then sends 8 bytes to the next rank of a
+// ring and receives from the previous. With --all-addresses every rank
+// fetches every address first (store_allgather), the way Chorus started
+// before lookups, for comparison. Printed: the time until every rank had
+// met at the store (and, with --all-addresses, had every address), until
+// every ring message arrived, the store server's CPU time, and the memory
+// per rank (each process's resident growth over its ranks, the worst
+// process).
 #include "bootstrap/launch.hpp"
 #include "bootstrap/tcp_store.hpp"
 #include "common/secret.hpp"
@@ -46,7 +50,7 @@ long resident_kib() {
 }
 
 struct Report {  // one process's ranks, sent to the parent through a pipe
-  double addresses_s = 0;  // the last of its ranks to have every address
+  double addresses_s = 0;  // the last of its ranks to be through the rendezvous
   double ring_s = 0;       // the last of its ranks to have its ring message
   long grown_kib = 0;      // resident growth over the process's ranks
   int ranks = 0;
@@ -59,7 +63,7 @@ struct Report {  // one process's ranks, sent to the parent through a pipe
 std::vector<std::unique_ptr<transport::TcpTransport>> transports;
 
 Report run_ranks(int first, int count, int size, std::uint16_t port, const std::string& secret,
-                 Clock::time_point start) {
+                 bool all_addresses, Clock::time_point start) {
   Report report;
   report.ranks = count;
   const long before = resident_kib();
@@ -82,14 +86,19 @@ Report run_ranks(int first, int count, int size, std::uint16_t port, const std::
         transport::TcpTransport::Options options;
         options.secret = auth::Secret(secret);
         t = std::make_unique<transport::TcpTransport>(rank, size, options);
-        std::vector<transport::AddressBlob> blobs;
-        {
-          bootstrap::StoreAccess access{auth::Secret(secret), "startup"};
-          bootstrap::TcpStore store("127.0.0.1", port, deadline, std::move(access));
-          blobs = bootstrap::store_allgather(store, "startup", rank, size, deadline)(t->address());
+        bootstrap::StoreAccess access{auth::Secret(secret), "startup"};
+        auto store =
+            std::make_shared<bootstrap::TcpStore>("127.0.0.1", port, deadline, std::move(access));
+        if (all_addresses || !transport::TcpTransport::lazy_links(size)) {
+          const auto blobs =
+              bootstrap::store_allgather(*store, "startup", rank, size, deadline)(t->address());
+          store.reset();
+          at_least(addresses, std::chrono::duration<double>(Clock::now() - start).count());
+          t->connect(blobs, deadline);
+        } else {
+          bootstrap::connect_looking_up(*t, std::move(store), "startup", deadline);
+          at_least(addresses, std::chrono::duration<double>(Clock::now() - start).count());
         }
-        at_least(addresses, std::chrono::duration<double>(Clock::now() - start).count());
-        t->connect(blobs, deadline);
         std::uint64_t out = static_cast<std::uint64_t>(rank), in = ~0ull;
         auto r = t->irecv((rank + size - 1) % size, 1, &in, sizeof in);
         t->wait(*t->isend((rank + 1) % size, 1, &out, sizeof out), deadline);
@@ -118,12 +127,14 @@ Report run_ranks(int first, int count, int size, std::uint16_t port, const std::
 
 int main(int argc, char** argv) {
   int ranks = 256, per_process = 512;
+  bool all_addresses = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--ranks" && i + 1 < argc) ranks = std::atoi(argv[++i]);
     else if (a == "--per-process" && i + 1 < argc) per_process = std::atoi(argv[++i]);
+    else if (a == "--all-addresses") all_addresses = true;
     else {
-      std::fprintf(stderr, "usage: %s --ranks N [--per-process M]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s --ranks N [--per-process M] [--all-addresses]\n", argv[0]);
       return 2;
     }
   }
@@ -153,7 +164,7 @@ int main(int argc, char** argv) {
       close(port[1]);
       std::uint16_t server_port = 0;
       if (read(port[0], &server_port, sizeof server_port) != sizeof server_port) _exit(1);
-      Report r = run_ranks(first, count, ranks, server_port, secret, start);
+      Report r = run_ranks(first, count, ranks, server_port, secret, all_addresses, start);
       [[maybe_unused]] auto n = write(report[1], &r, sizeof r);
       char c;
       [[maybe_unused]] auto m = read(release[0], &c, 1);  // until every process is done

@@ -165,7 +165,7 @@ int main(int argc, char** argv) {
     const Args a = parse(argc, argv);
     const auto info = bootstrap::launch_info_from_env();
     const auto deadline = transport::deadline_after(120);
-    auto store = bootstrap::open_store(info.store, false, deadline);
+    std::shared_ptr<bootstrap::Store> store = bootstrap::open_store(info.store, false, deadline);
     double result;
     if (a.transport == "socket" || a.transport == "socket-spin") {
       if (a.transport == "socket-spin") g_spin_flag = MSG_DONTWAIT;
@@ -173,7 +173,7 @@ int main(int argc, char** argv) {
     } else {
       const auto kind =
           a.transport == "ucx" ? bootstrap::TransportKind::ucx : bootstrap::TransportKind::tcp;
-      auto t = bootstrap::connect_transport(kind, info.rank, info.size, *store, "bench", deadline);
+      auto t = bootstrap::connect_transport(kind, info.rank, info.size, store, "bench", deadline);
       if (a.test == "init") {
         // Connected here; the barrier says when every rank is.
         store->barrier("bench/connected", info.size, deadline);

@@ -193,82 +193,173 @@ std::unique_ptr<transport::Transport> make_transport(TransportKind kind, int ran
   }
 }
 
-BlobAllgather store_allgather(Store& store, const std::string& key_prefix, int rank, int size,
-                              transport::Deadline deadline) {
-  auto calls = std::make_shared<int>(0);
-  return [&store, key_prefix, rank, size, deadline, calls](const transport::AddressBlob& blob) {
-    const std::string prefix = fmt::format("{}/{}", key_prefix, (*calls)++);
-    store.set(fmt::format("{}/{}", prefix, rank), blob, deadline);
-    std::vector<std::string> keys;
-    for (int r = 0; r < size; ++r) keys.push_back(fmt::format("{}/{}", prefix, r));
-    try {
-      return store.get(keys, deadline);
-    } catch (const StoreTimeout& e) {
-      // At most 16 named: a job of thousands would otherwise print pages.
-      std::string ranks;
-      const auto& missing = e.missing();
-      for (std::size_t i = 0; i < missing.size() && i < 16; ++i)
-        ranks += (i ? ", " : "") + missing[i].substr(missing[i].rfind('/') + 1);
-      if (missing.size() > 16) ranks += fmt::format(" and {} more", missing.size() - 16);
-      throw Error(ErrorCode::timeout,
-                  fmt::format("rank {}: ranks {} of {} never arrived at the store {} (waited "
-                              "until the deadline; CHORUS_TIMEOUT sets it)",
-                              rank, ranks, size, store.url()));
-    }
-  };
+namespace {
+
+// The error for a rendezvous that timed out with `missing` keys, each
+// ending in "/<rank>": at most 16 ranks named, since a job of thousands
+// would otherwise print pages.
+Error never_arrived(const Store& store, int rank, int size, const std::vector<std::string>& missing) {
+  std::string ranks;
+  for (std::size_t i = 0; i < missing.size() && i < 16; ++i)
+    ranks += (i ? ", " : "") + missing[i].substr(missing[i].rfind('/') + 1);
+  if (missing.size() > 16) ranks += fmt::format(" and {} more", missing.size() - 16);
+  return Error(ErrorCode::timeout,
+               fmt::format("rank {}: ranks {} of {} never arrived at the store {} (waited until "
+                           "the deadline; CHORUS_TIMEOUT sets it)",
+                           rank, ranks, size, store.url()));
 }
 
-std::unique_ptr<transport::Transport> connect_transport(TransportKind kind, int rank, int size,
-                                                        const BlobAllgather& allgather,
-                                                        transport::Deadline deadline) {
-  std::unique_ptr<transport::Transport> t;
+std::string stage_key(const std::string& stage, int rank) { return fmt::format("{}/{}", stage, rank); }
+
+// Returns once every rank has set its key `stage`/<rank> (the caller has
+// set its own): a counter at the store, so O(1) work per rank where a GET
+// of every rank's key is O(p). A timeout names the ranks that never came.
+void wait_for_every_rank(Store& store, const std::string& stage, int rank, int size,
+                         Deadline deadline) {
+  try {
+    store.barrier(stage + "/arrival", size, deadline);
+  } catch (const StoreTimeout&) {
+    std::vector<std::string> keys;
+    for (int r = 0; r < size; ++r) keys.push_back(stage_key(stage, r));
+    try {
+      store.get(keys, transport::deadline_after(2));
+    } catch (const StoreTimeout& e) {
+      throw never_arrived(store, rank, size, e.missing());
+    }
+    throw Error(ErrorCode::timeout,
+                fmt::format("rank {}: the {} ranks met at the store {} only after the deadline "
+                            "(CHORUS_TIMEOUT sets it)",
+                            rank, size, store.url()));
+  }
+}
+
+// Whether UCX is used (automatic choice): every rank tells whether it
+// could start it (`why_not` empty: it could), and all get the same answer:
+// "" when every rank could, else one failing rank's reason. O(1) store
+// work per rank.
+std::string agree_on_ucx(Store& store, const std::string& prefix, int rank, int size,
+                         const std::string& why_not, Deadline deadline) {
+  const std::string stage = prefix + "/ucx";
+  if (!why_not.empty() && store.add(stage + "/cannot", 1, deadline) == 1)
+    store.set(stage + "/why", to_bytes(fmt::format("rank {} cannot: {}", rank, why_not)), deadline);
+  store.set(stage_key(stage, rank), to_bytes(why_not.empty() ? "1" : "0"), deadline);
+  wait_for_every_rank(store, stage, rank, size, deadline);
+  if (store.add(stage + "/cannot", 0, deadline) == 0) return "";
+  const std::string why[] = {stage + "/why"};
+  return to_string(store.get(why, deadline)[0]);
+}
+
+// The same over an all-gather of every rank's answer.
+std::string agree_on_ucx(const BlobAllgather& allgather, int size, const std::string& why_not) {
+  const auto answers = allgather(to_bytes(why_not.empty() ? "1" : why_not));
+  for (int r = 0; r < size; ++r)
+    if (const auto answer = to_string(answers[static_cast<std::size_t>(r)]); answer != "1")
+      return fmt::format("rank {} cannot: {}", r, answer);
+  return "";
+}
+
+// This rank's transport of `kind`; `automatic` asks `agree` (one of the
+// above) whether every rank could start UCX, so that no two ranks ever
+// pick different transports.
+std::unique_ptr<transport::Transport> choose_transport(
+    TransportKind kind, int rank, int size,
+    const std::function<std::string(const std::string& why_not)>& agree) {
   if (kind == TransportKind::local) {
     if (size != 1)
       throw Error(ErrorCode::invalid_argument,
                   fmt::format("CHORUS_TRANSPORT=local links ranks that are threads of one "
                               "process; a job of {} processes needs ucx or tcp",
                               size));
-    t = std::make_unique<transport::LocalTransport>(transport::LocalFabric::create(1), 0);
-  } else if (kind == TransportKind::automatic) {
-    // Every rank tells whether it could start UCX; UCX is used only if all
-    // could, so that no two ranks ever pick different transports.
-    std::string why_not;
-    try {
-      t = make_ucx(rank, size);
-    } catch (const Error& e) {
-      why_not = e.what();
-    }
-    const auto answers = allgather(to_bytes(t ? "1" : why_not));
-    for (int r = 0; r < size && t; ++r) {
-      if (to_string(answers[static_cast<std::size_t>(r)]) != "1") {
-        why_not =
-            fmt::format("rank {} cannot: {}", r, to_string(answers[static_cast<std::size_t>(r)]));
-        t.reset();
-      }
-    }
-    if (!t) {
-      if (rank == 0) log::info("transport: tcp (UCX not used: {})", why_not);
-      t = std::make_unique<transport::TcpTransport>(rank, size);
-    }
-  } else if (kind == TransportKind::ucx) {
+    return std::make_unique<transport::LocalTransport>(transport::LocalFabric::create(1), 0);
+  }
+  if (kind == TransportKind::ucx) return make_ucx(rank, size);
+  if (kind == TransportKind::tcp) return std::make_unique<transport::TcpTransport>(rank, size);
+  std::unique_ptr<transport::Transport> t;
+  std::string why_not;
+  try {
     t = make_ucx(rank, size);
-  } else {
+  } catch (const Error& e) {
+    why_not = e.what();
+  }
+  if (const std::string why = agree(why_not); !why.empty()) {
+    if (rank == 0) log::info("transport: tcp (UCX not used: {})", why);
     t = std::make_unique<transport::TcpTransport>(rank, size);
   }
-  const auto blobs = allgather(t->address());
+  return t;
+}
+
+void connect_with(transport::Transport& t, std::span<const transport::AddressBlob> blobs, int rank,
+                  int size, transport::Deadline deadline) {
   if (blobs.size() != static_cast<std::size_t>(size))
     throw Error(ErrorCode::internal, fmt::format("rank {}: the address all-gather returned {} "
                                                  "blobs for {} ranks", rank, blobs.size(), size));
-  t->connect(blobs, deadline);
-  log::info("transport: {} connected, {} ranks", t->name(), size);
+  t.connect(blobs, deadline);
+  log::info("transport: {} connected, {} ranks", t.name(), size);
+}
+
+}  // namespace
+
+BlobAllgather store_allgather(Store& store, const std::string& key_prefix, int rank, int size,
+                              transport::Deadline deadline) {
+  auto calls = std::make_shared<int>(0);
+  return [&store, key_prefix, rank, size, deadline, calls](const transport::AddressBlob& blob) {
+    const std::string prefix = fmt::format("{}/{}", key_prefix, (*calls)++);
+    store.set(stage_key(prefix, rank), blob, deadline);
+    std::vector<std::string> keys;
+    for (int r = 0; r < size; ++r) keys.push_back(stage_key(prefix, r));
+    try {
+      return store.get(keys, deadline);
+    } catch (const StoreTimeout& e) {
+      throw never_arrived(store, rank, size, e.missing());
+    }
+  };
+}
+
+void connect_looking_up(transport::TcpTransport& t, std::shared_ptr<Store> store,
+                        const std::string& key_prefix, transport::Deadline deadline) {
+  const int rank = t.rank(), size = t.size();
+  const std::string stage = key_prefix + "/address";
+  const auto mine = t.address();
+  store->set(stage_key(stage, rank), mine, deadline);
+  wait_for_every_rank(*store, stage, rank, size, deadline);
+  const std::string rank0_key[] = {stage_key(stage, 0)};
+  const auto rank0 = rank == 0 ? mine : store->get(rank0_key, deadline)[0];
+  store->park(deadline);
+  t.connect_looking_up(
+      rank0,
+      [store, stage](int r, transport::Deadline until) {
+        const std::string key[] = {stage_key(stage, r)};
+        return store->get(key, until)[0];  // every rank's is there: one round trip
+      },
+      deadline);
+  log::info("transport: tcp connected, {} ranks (addresses looked up when first needed)", size);
+}
+
+std::unique_ptr<transport::Transport> connect_transport(TransportKind kind, int rank, int size,
+                                                        const BlobAllgather& allgather,
+                                                        transport::Deadline deadline) {
+  auto t = choose_transport(kind, rank, size, [&](const std::string& why_not) {
+    return agree_on_ucx(allgather, size, why_not);
+  });
+  connect_with(*t, allgather(t->address()), rank, size, deadline);
   return t;
 }
 
 std::unique_ptr<transport::Transport> connect_transport(TransportKind kind, int rank, int size,
-                                                        Store& store, const std::string& key_prefix,
+                                                        std::shared_ptr<Store> store,
+                                                        const std::string& key_prefix,
                                                         transport::Deadline deadline) {
-  return connect_transport(kind, rank, size, store_allgather(store, key_prefix, rank, size, deadline),
-                           deadline);
+  auto t = choose_transport(kind, rank, size, [&](const std::string& why_not) {
+    return agree_on_ucx(*store, key_prefix, rank, size, why_not, deadline);
+  });
+  if (auto* tcp = dynamic_cast<transport::TcpTransport*>(t.get());
+      tcp != nullptr && transport::TcpTransport::lazy_links(size)) {
+    connect_looking_up(*tcp, std::move(store), key_prefix, deadline);
+  } else {
+    const auto blobs = store_allgather(*store, key_prefix, rank, size, deadline)(t->address());
+    connect_with(*t, blobs, rank, size, deadline);
+  }
+  return t;
 }
 
 }  // namespace chorus::bootstrap

@@ -49,6 +49,12 @@ class Store {
   // Adds `delta` to the integer at `key` (0 when unset); returns the new value.
   virtual std::int64_t add(const std::string& key, std::int64_t delta, Deadline deadline) = 0;
   virtual std::string url() const = 0;
+  // Tells the store that this client stays connected only for occasional
+  // lookups from now on (a rank that looks its peers' addresses up when it
+  // first needs them): a serving rank that finishes does not wait for it to
+  // leave, as it waits for clients still in the middle of start-up. Its
+  // keys stay while it is connected.
+  virtual void park(Deadline deadline) { (void)deadline; }
 
   // Returns once `count` callers have entered the barrier called `name`.
   void barrier(const std::string& name, int count, Deadline deadline);

@@ -23,7 +23,7 @@ namespace {
 
 constexpr std::uint32_t kMagic = 0x54534843;       // "CHST": a request
 constexpr std::uint32_t kHelloMagic = 0x48534843;  // "CHSH": the handshake
-constexpr std::uint8_t kProtocol = 2;
+constexpr std::uint8_t kProtocol = 3;  // 3: PARK
 constexpr std::uint32_t kMaxMessage = 1u << 30;    // a u32 length never wraps below this
 constexpr std::size_t kMaxKey = 4096;
 constexpr std::size_t kMaxJob = 256;
@@ -31,7 +31,7 @@ constexpr std::size_t kMaxGetRequest = 64u << 20;  // the keys of one GET
 // An unauthenticated connection must finish its handshake within this.
 constexpr auto kHelloTime = std::chrono::seconds(10);
 
-enum class Op : std::uint8_t { set = 1, get = 2, add = 3 };
+enum class Op : std::uint8_t { set = 1, get = 2, add = 3, park = 4 };
 enum class Status : std::uint8_t { ok = 0, timeout = 1, error = 2 };
 
 using Clock = transport::Clock;
@@ -134,6 +134,7 @@ struct StoreServer::State {
     auth::Nonce nonce{};
     bool admitted = false;  // handshake done
     bool closing = false;   // refused: close once `out` has left
+    bool parked = false;    // only looks up now and then: a draining server does not wait for it
     Clock::time_point hello_deadline;
     Namespace* space = nullptr;
     std::unique_ptr<Waiter> waiter;  // at most one request in progress
@@ -393,6 +394,13 @@ void StoreServer::serve() {
         c.waiter = std::move(waiter);
         return;
       }
+      case Op::park: {
+        finish();
+        c.parked = true;
+        wire::Writer w;
+        w.put(static_cast<std::uint8_t>(Status::ok));
+        return send(c, w);
+      }
     }
     throw Error(ErrorCode::peer_failure, fmt::format("store request from {}: unknown op {}",
                                                      c.peer, static_cast<int>(op)));
@@ -433,7 +441,10 @@ void StoreServer::serve() {
   bool said_full = false;
   std::vector<pollfd> fds;
   while (true) {
-    if (draining && (s.clients.empty() || Clock::now() >= drain_until)) return;
+    if (draining && (Clock::now() >= drain_until ||
+                     std::all_of(s.clients.begin(), s.clients.end(),
+                                 [](const State::Client& c) { return c.parked && !c.waiter; })))
+      return;
     // Expire waiters and unfinished handshakes: O(clients) per pass.
     const auto now = Clock::now();
     int timeout = 1000;
@@ -766,6 +777,15 @@ std::vector<Bytes> TcpStore::get(std::span<const std::string> keys, Deadline dea
   std::vector<Bytes> values;
   for (std::uint32_t i = 0; i < n; ++i) values.push_back(r.get_bytes());
   return values;
+}
+
+void TcpStore::park(Deadline deadline) {
+  wire::Writer w;
+  w.put(kMagic).put(static_cast<std::uint8_t>(Op::park));
+  const auto reply = call(w.bytes(), deadline);
+  wire::Reader r(reply, "store reply from " + url_);
+  if (const auto status = static_cast<Status>(r.get<std::uint8_t>()); status != Status::ok)
+    refused(r, status, url_, "park");
 }
 
 std::int64_t TcpStore::add(const std::string& key, std::int64_t delta, Deadline deadline) {

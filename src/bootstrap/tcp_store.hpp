@@ -34,7 +34,8 @@ class StoreServer {
   // Binds host:port (port 0 picks a free one) and serves on a thread of its
   // own. Destruction stops accepting, then keeps answering connected clients
   // until they leave (at most 10 s), so that the last replies of a job still
-  // reach the other ranks when the serving rank finishes first.
+  // reach the other ranks when the serving rank finishes first; clients that
+  // parked (Store::park) are not waited for.
   // With a secret, only clients that prove they hold it are served.
   StoreServer(const std::string& host, std::uint16_t port,
               std::optional<auth::Secret> secret = std::nullopt);
@@ -92,6 +93,7 @@ class TcpStore final : public Store {
   std::vector<Bytes> get(std::span<const std::string> keys, Deadline deadline) override;
   std::int64_t add(const std::string& key, std::int64_t delta, Deadline deadline) override;
   std::string url() const override { return url_; }
+  void park(Deadline deadline) override;
 
  private:
   Bytes call(std::vector<std::byte>& request, Deadline deadline);

@@ -44,17 +44,18 @@ Communicator Communicator::connect(int rank, int size, const std::string& store_
   // communicators in the same order, so the numbers agree.
   static std::atomic<int> generation{0};
   const std::string prefix = fmt::format("chorus/{}", generation.fetch_add(1));
-  std::unique_ptr<bootstrap::Store> store;
+  std::shared_ptr<bootstrap::Store> store;
   std::unique_ptr<transport::Transport> transport;
   if (size == 1) {  // a job of one needs no store and no network
     transport = std::make_unique<transport::LocalTransport>(transport::LocalFabric::create(1), 0);
   } else {
     store = bootstrap::open_store(store_url, rank == 0, deadline);
-    transport = bootstrap::connect_transport(kind, rank, size, *store, prefix, deadline);
+    transport = bootstrap::connect_transport(kind, rank, size, store, prefix, deadline);
   }
-  // The store is needed only to connect. Rank 0 may be serving it: it keeps
-  // it until the end (its server waits for the clients to leave, which they
-  // do now).
+  // Rank 0 may be serving the store: it keeps it until the end (its server
+  // waits for the clients to leave, which they do now, unless a transport
+  // that looks addresses up keeps its connection, parked). The other ranks
+  // need it no more, unless their transport holds it for those lookups.
   if (rank != 0) store.reset();
   return make_communicator(std::move(transport), std::move(store), options);
 }

@@ -213,7 +213,7 @@ void Work::State::finish(std::optional<Error> e) {
 }
 
 Communicator::Impl::Impl(std::unique_ptr<transport::Transport> t,
-                         std::unique_ptr<bootstrap::Store> s, const Options& given,
+                         std::shared_ptr<bootstrap::Store> s, const Options& given,
                          const coll::CostModel* inherited, bool split)
     : store(std::move(s)), transport(std::move(t)), options(given) {
   timeout_seconds = options.timeout
@@ -610,7 +610,7 @@ void Communicator::Impl::abort(const std::string& reason) {
 }
 
 Communicator make_communicator(std::unique_ptr<transport::Transport> transport,
-                               std::unique_ptr<bootstrap::Store> store, const Options& options) {
+                               std::shared_ptr<bootstrap::Store> store, const Options& options) {
   return CommunicatorAccess::make(
       std::make_unique<Communicator::Impl>(std::move(transport), std::move(store), options));
 }

@@ -56,7 +56,7 @@ struct Communicator::Impl {
   // parent's `inherited` cost model (same transport, same hosts, same p: the
   // probe's timings hold); then there is no probe. Any split keeps the log
   // labelling lines with the process's rank in the parent.
-  Impl(std::unique_ptr<transport::Transport> transport, std::unique_ptr<bootstrap::Store> store,
+  Impl(std::unique_ptr<transport::Transport> transport, std::shared_ptr<bootstrap::Store> store,
        const Options& options, const coll::CostModel* inherited = nullptr, bool split = false);
   ~Impl();
 
@@ -82,7 +82,7 @@ struct Communicator::Impl {
   Counters counters() const;
   const coll::CostModel& cost_model() const { return selector->model(); }
 
-  std::unique_ptr<bootstrap::Store> store;  // outlives the transport
+  std::shared_ptr<bootstrap::Store> store;  // outlives the transport
   std::unique_ptr<transport::Transport> transport;
   // When every rank is on this host: the memory they share (shm/segment.hpp);
   // null otherwise, or with CHORUS_SHM=0.
@@ -182,6 +182,6 @@ struct CommunicatorAccess {
 
 // A communicator over a connected transport (tests: over in-process ones).
 Communicator make_communicator(std::unique_ptr<transport::Transport> transport,
-                               std::unique_ptr<bootstrap::Store> store, const Options& options);
+                               std::shared_ptr<bootstrap::Store> store, const Options& options);
 
 }  // namespace chorus

@@ -3,11 +3,13 @@
 #include "bootstrap/launch.hpp"
 #include "bootstrap/tcp_store.hpp"
 #include "common/socket.hpp"
+#include "transport/tcp/tcp_transport.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <map>
 #include <thread>
@@ -154,8 +156,8 @@ struct FileFixture : StoreFixture {
 
 TEST(TransportKind, LocalServesAOneRankJobAndRefusesMore) {
   FileFixture store_dir;
-  auto store = store_dir.client();
-  auto t = connect_transport(TransportKind::local, 0, 1, *store, "x", transport::deadline_after(5));
+  std::shared_ptr<Store> store = store_dir.client();
+  auto t = connect_transport(TransportKind::local, 0, 1, store, "x", transport::deadline_after(5));
   EXPECT_EQ(t->name(), "local");
   std::uint32_t in = 0, out = 42;
   auto r = t->irecv(0, 1, &in, 4);
@@ -163,7 +165,7 @@ TEST(TransportKind, LocalServesAOneRankJobAndRefusesMore) {
   t->wait(*r, transport::deadline_after(5));
   EXPECT_EQ(in, 42u);
   try {
-    connect_transport(TransportKind::local, 0, 2, *store, "y", transport::deadline_after(5));
+    connect_transport(TransportKind::local, 0, 2, store, "y", transport::deadline_after(5));
     ADD_FAILURE() << "a 2-process local group was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("needs ucx or tcp"), std::string::npos) << e.what();
@@ -229,6 +231,121 @@ TEST_P(StoreTest, AddAndBarrierFromManyClients) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores, StoreTest, ::testing::Values("tcp", "file"));
+
+// ---- connecting through the store ---------------------------------------------
+
+// A store client that counts the values its gets returned.
+class CountingStore final : public Store {
+ public:
+  explicit CountingStore(std::unique_ptr<Store> inner) : inner_(std::move(inner)) {}
+  void set(const std::string& key, std::span<const std::byte> value, Deadline deadline) override {
+    inner_->set(key, value, deadline);
+  }
+  std::vector<Bytes> get(std::span<const std::string> keys, Deadline deadline) override {
+    values_fetched += keys.size();
+    return inner_->get(keys, deadline);
+  }
+  std::int64_t add(const std::string& key, std::int64_t delta, Deadline deadline) override {
+    return inner_->add(key, delta, deadline);
+  }
+  std::string url() const override { return inner_->url(); }
+  void park(Deadline deadline) override { inner_->park(deadline); }
+  std::atomic<std::size_t> values_fetched{0};
+
+ private:
+  std::unique_ptr<Store> inner_;
+};
+
+// Issue 19: start-up without every rank pulling every address from one
+// server. With lazy TCP links (beyond 64 ranks, or forced as here) a rank
+// fetches rank 0's address and then only those of the peers it links to:
+// around a ring of 9 ranks at most 4 values each (the arrival counter's
+// "done", rank 0's address and its two neighbours'; eager links: all 9).
+// Then every rank still reaches every other (looking the rest up), and once
+// the store is gone a lookup fails naming the rank and the store.
+TEST(ConnectThroughStore, LazyTcpRanksLookUpOnlyThePeersTheyTalkTo) {
+  constexpr int p = 9;
+  for (const std::string mode : {"lazy", "eager"}) {
+    setenv("CHORUS_SOCKET_CONNECT", mode.c_str(), 1);
+    auto server = std::make_unique<StoreServer>("127.0.0.1", 0);
+    std::vector<std::unique_ptr<transport::Transport>> ranks(p);
+    std::vector<std::shared_ptr<CountingStore>> stores(p);
+    std::vector<std::size_t> fetched_for_ring(p);
+    std::vector<std::string> errors(p);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < p; ++r)
+      threads.emplace_back([&, r] {
+        const auto i = static_cast<std::size_t>(r);
+        try {
+          stores[i] = std::make_shared<CountingStore>(std::make_unique<TcpStore>(
+              "127.0.0.1", server->port(), transport::deadline_after(10)));
+          auto& t = ranks[i];
+          t = connect_transport(TransportKind::tcp, r, p, stores[i], "job",
+                                transport::deadline_after(30));
+          std::uint32_t from_left = 0;
+          const std::uint32_t mine = 1000u + static_cast<std::uint32_t>(r);
+          auto recv = t->irecv((r + p - 1) % p, 4, &from_left, 4);
+          t->wait(*t->isend((r + 1) % p, 4, &mine, 4), transport::deadline_after(30));
+          t->wait(*recv, transport::deadline_after(30));
+          if (from_left != 1000u + static_cast<std::uint32_t>((r + p - 1) % p))
+            throw std::runtime_error("wrong ring message");
+          fetched_for_ring[i] = stores[i]->values_fetched;
+          // Every rank to every rank: links (and lookups) the ring never made.
+          std::vector<std::uint32_t> got(p, 0);
+          std::vector<transport::RequestPtr> requests;
+          for (int q = 0; q < p; ++q) {
+            if (q == r) continue;
+            requests.push_back(t->irecv(q, 5, &got[static_cast<std::size_t>(q)], 4));
+            requests.push_back(t->isend(q, 5, &mine, 4));
+          }
+          t->wait_all(requests, transport::deadline_after(30));
+          for (int q = 0; q < p; ++q)
+            if (q != r && got[static_cast<std::size_t>(q)] != 1000u + static_cast<std::uint32_t>(q))
+              throw std::runtime_error("wrong message from rank " + std::to_string(q));
+        } catch (const std::exception& e) {
+          errors[i] = e.what();
+        }
+      });
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < p; ++r) {
+      const auto i = static_cast<std::size_t>(r);
+      EXPECT_EQ(errors[i], "") << mode << ", rank " << r;
+      if (mode == "lazy")
+        EXPECT_LE(fetched_for_ring[i], 4u) << "rank " << r << " looked up more than its ring";
+      else
+        EXPECT_EQ(fetched_for_ring[i], std::size_t{p}) << "rank " << r;
+    }
+    if (mode == "lazy") {
+      // The store goes; the lazy ranks' connections are parked, so it does
+      // not wait out its 10 s drain for them.
+      const auto stopping = std::chrono::steady_clock::now();
+      server.reset();
+      EXPECT_LT(std::chrono::steady_clock::now() - stopping, std::chrono::seconds(5));
+      // A new transport of rank 1 whose peers are unknown: its lookup fails.
+      transport::AddressBlob rank0 = ranks[0]->address();
+      transport::TcpTransport late(1, p);
+      late.connect_looking_up(
+          rank0,
+          [store = stores[1]](int q, transport::Deadline until) {
+            const std::string key[] = {"job/address/" + std::to_string(q)};
+            return store->get(key, until)[0];
+          },
+          transport::deadline_after(5));
+      std::uint32_t x = 7;
+      auto s = late.isend(4, 6, &x, 4);
+      try {
+        late.wait(*s, transport::deadline_after(10));
+        ADD_FAILURE() << "a send whose peer cannot be looked up succeeded";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::peer_failure) << e.what();
+        EXPECT_NE(std::string(e.what()).find("cannot look up rank 4's address"), std::string::npos)
+            << e.what();
+      }
+    }
+    unsetenv("CHORUS_SOCKET_CONNECT");
+    ranks.clear();  // every rank kept its transport until all were done
+  }
+}
 
 TEST(TcpStore, ServerSurvivesGarbageAndKeepsServing) {
   StoreServer server("127.0.0.1", 0);

@@ -312,15 +312,16 @@ struct EagerLinks {
   }
 };
 
-// Two ranks that read different address lists (a stale store) compute
-// different job identities. The connecting rank must fail at once, naming
-// the rank that refused it, not retry until its deadline.
+// Two ranks that read different addresses of rank 0 (a stale store: the
+// link key comes from rank 0's) compute different job identities. The
+// connecting rank must fail at once, naming the rank that refused it, not
+// retry until its deadline.
 TEST(TcpHandshake, ARankOfAnotherJobIsToldSoAndFailsAtOnce) {
   EagerLinks eager;  // connect() builds the mesh, so that it meets the stale rank
   transport::TcpTransport zero(0, 2), one(1, 2);
   const transport::AddressBlob a0 = zero.address(), a1 = one.address();
-  transport::AddressBlob stale_a1 = a1;
-  stale_a1[4] ^= std::byte{1};  // another nonce: another job identity
+  transport::AddressBlob stale_a0 = a0;
+  stale_a0[4] ^= std::byte{1};  // another nonce, the same listener: another job identity
   std::string zero_error, one_error;
   double one_seconds = 0;
   std::thread acceptor([&] {
@@ -333,7 +334,7 @@ TEST(TcpHandshake, ARankOfAnotherJobIsToldSoAndFailsAtOnce) {
   });
   const auto start = std::chrono::steady_clock::now();
   try {
-    const transport::AddressBlob all[] = {a0, stale_a1};
+    const transport::AddressBlob all[] = {stale_a0, a1};
     one.connect(all, transport::deadline_after(60));
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::peer_failure);
@@ -407,7 +408,7 @@ TEST(TcpHandshake, AnImpostorThatKnowsEveryAddressButNotTheSecretIsRefused) {
   auto [second, second_hello] = impostor_hello(told->job);
   const auto challenge = receive_hello(second);
   ASSERT_TRUE(challenge);
-  const auth::Secret guessed_key = transport::tcp::link_key(all, std::nullopt);
+  const auth::Secret guessed_key = transport::tcp::link_key(all[0], std::nullopt);
   const auth::Digest forged =
       transport::tcp::link_proof(guessed_key, false, second_hello, *challenge);
   ::send(second.get(), forged.data(), forged.size(), MSG_NOSIGNAL);

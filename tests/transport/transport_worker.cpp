@@ -33,9 +33,9 @@ int main(int argc, char** argv) {
     rank = info.rank;
     const auto deadline = transport::deadline_after(bootstrap::timeout_seconds());
     // Rank 0 serves the store unless the harness already does.
-    auto store = bootstrap::open_store(info.store, info.rank == 0, deadline);
+    std::shared_ptr<bootstrap::Store> store = bootstrap::open_store(info.store, info.rank == 0, deadline);
     auto t = bootstrap::connect_transport(bootstrap::transport_kind_from_env(), info.rank,
-                                          info.size, *store, "test", deadline);
+                                          info.size, store, "test", deadline);
     if (scenario == "peer_death") {
       conformance::peer_death(*t, [] { std::raise(SIGKILL); });
     } else if (scenario == "last_message") {

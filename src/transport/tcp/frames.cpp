@@ -53,13 +53,9 @@ Hello make_hello(std::uint64_t job, int from, int to, const auth::Nonce& nonce,
                proof};
 }
 
-auth::Secret link_key(std::span<const AddressBlob> blobs, const std::optional<auth::Secret>& secret) {
+auth::Secret link_key(const AddressBlob& rank0, const std::optional<auth::Secret>& secret) {
   std::string material = "chorus tcp links";
-  for (const auto& b : blobs) {
-    const auto n = static_cast<std::uint64_t>(b.size());
-    material.append(reinterpret_cast<const char*>(&n), sizeof n);
-    material.append(reinterpret_cast<const char*>(b.data()), b.size());
-  }
+  material.append(reinterpret_cast<const char*>(rank0.data()), rank0.size());
   if (secret) {
     const auth::Digest d = secret->mac("chorus tcp links", {});
     material.append(reinterpret_cast<const char*>(d.data()), d.size());
@@ -95,8 +91,8 @@ std::string judge_hello(const Hello& h, std::uint64_t job, int expect_to, int si
   if (h.version != kVersion)
     return fmt::format("protocol version {} (this is {})", h.version, kVersion);
   if (h.job != job)
-    return "belongs to another job (the two ranks hold different address lists: a stale or "
-           "shared store, or a stray process)";
+    return "belongs to another job (the two ranks hold different addresses for rank 0, or "
+           "different secrets: a stale or shared store, or a stray process)";
   if (static_cast<int>(h.to) != expect_to)
     return fmt::format("addressed to rank {}, this is rank {}", h.to, expect_to);
   if (static_cast<int>(h.from) >= size)

@@ -64,11 +64,12 @@ struct Hello {
 static_assert(sizeof(Hello) == 88);
 inline constexpr std::size_t kProofBytes = sizeof(auth::Digest);
 
-// The key of every link of a job: derived from every rank's address blob
-// (each carries a random nonce, so the key is as private as the channel
-// that carried the blobs: an authenticated store, MPI, ...) and from the
-// job secret when there is one.
-auth::Secret link_key(std::span<const AddressBlob> blobs, const std::optional<auth::Secret>& secret);
+// The key of every link of a job: derived from rank 0's address blob (it
+// carries a random nonce, so the key is as private as the channel that
+// carried it: an authenticated store, MPI, ...) and from the job secret
+// when there is one. Rank 0's alone, so that a rank that looks its peers'
+// addresses up only when it first needs them (connect_looking_up) has it.
+auth::Secret link_key(const AddressBlob& rank0, const std::optional<auth::Secret>& secret);
 // The proof of the accepting side (`accepting` = true) or the connecting side.
 auth::Digest link_proof(const auth::Secret& key, bool accepting, const Hello& connector,
                         const Hello& acceptor);

@@ -40,8 +40,9 @@ bool send_all(const net::Fd& fd, const void* data, std::size_t bytes) {
   return ::send(fd.get(), data, bytes, MSG_NOSIGNAL | MSG_DONTWAIT) == static_cast<ssize_t>(bytes);
 }
 
-// CHORUS_SOCKET_CONNECT: eager, lazy, or auto (eager up to 64 ranks).
-bool lazy_for(int size) {
+}  // namespace
+
+bool TcpTransport::lazy_links(int size) {
   const auto mode = config::get(config::Variable::socket_connect).value_or("auto");
   if (mode == "eager") return false;
   if (mode == "lazy") return true;
@@ -50,8 +51,6 @@ bool lazy_for(int size) {
                 fmt::format("CHORUS_SOCKET_CONNECT='{}' is not one of auto, eager, lazy", mode));
   return size > 64;
 }
-
-}  // namespace
 
 TcpTransport::Peer& TcpTransport::peer_at(int r) {
   auto& slot = peers_[static_cast<std::size_t>(r)];
@@ -68,7 +67,8 @@ TcpTransport::Peer& TcpTransport::peer_at(int r) {
 }
 
 std::string TcpTransport::where_of(int r) const {
-  if (addresses_.empty() || r == rank()) return fmt::format("rank {}", r);
+  if (addresses_.empty() || r == rank() || addresses_[static_cast<std::size_t>(r)].empty())
+    return fmt::format("rank {}", r);
   return fmt::format("rank {} ({})", r,
                      decode_address(addresses_[static_cast<std::size_t>(r)], r).to_string());
 }
@@ -80,11 +80,31 @@ void TcpTransport::connect(std::span<const AddressBlob> addresses, Deadline dead
   for (int r = 0; r < size(); ++r)  // every blob usable, or an error naming its rank
     (void)decode_address(addresses[static_cast<std::size_t>(r)], r);
   addresses_.assign(addresses.begin(), addresses.end());
-  link_key_ = link_key(addresses, options_.secret);
+  lazy_ = lazy_links(size());
+  start(deadline);
+}
+
+void TcpTransport::connect_looking_up(const AddressBlob& rank0, AddressLookup lookup,
+                                      Deadline deadline) {
+  if (!lazy_links(size()))
+    throw Error(ErrorCode::invalid_argument,
+                "tcp: looking addresses up when needed takes links that open lazily "
+                "(CHORUS_SOCKET_CONNECT=lazy, or auto beyond 64 ranks)");
+  if (!lookup) throw Error(ErrorCode::invalid_argument, "tcp connect_looking_up: no lookup");
+  (void)decode_address(rank0, 0);
+  addresses_.assign(static_cast<std::size_t>(size()), AddressBlob{});
+  addresses_[0] = rank0;
+  addresses_[static_cast<std::size_t>(rank())] = address();
+  lookup_ = std::move(lookup);
+  lazy_ = true;
+  start(deadline);
+}
+
+void TcpTransport::start(Deadline deadline) {
+  link_key_ = link_key(addresses_[0], options_.secret);
   job_id_ = link_key_->fingerprint();
   for (auto& p : peers_)
     if (p) p->where = where_of(p->rank);
-  lazy_ = lazy_for(size());
 
   epoll_event ev{};
   ev.events = EPOLLIN;
@@ -138,7 +158,23 @@ void TcpTransport::start_link(Peer& peer, Clock::time_point give_up_at) {
   open_link(peer);
 }
 
+bool TcpTransport::look_up(Peer& peer) {
+  auto& blob = addresses_[static_cast<std::size_t>(peer.rank)];
+  if (!blob.empty()) return true;
+  try {
+    AddressBlob found = lookup_(peer.rank, peer.give_up_at);
+    (void)decode_address(found, peer.rank);
+    blob = std::move(found);
+  } catch (const Error& e) {
+    fail_peer(peer, fmt::format("cannot look up rank {}'s address: {}", peer.rank, e.what()));
+    return false;
+  }
+  peer.where = where_of(peer.rank);
+  return true;
+}
+
 void TcpTransport::open_link(Peer& peer) {
+  if (!look_up(peer)) return;
   const net::SocketAddress a = decode_address(addresses_[static_cast<std::size_t>(peer.rank)], peer.rank);
   peer.fd = net::Fd(::socket(a.family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!peer.fd) return link_failed(peer, "socket: " + net::errno_text(errno));

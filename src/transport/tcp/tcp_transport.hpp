@@ -6,9 +6,12 @@
 // with =lazy) a link opens at the first message to or from a peer, so a
 // rank of a large job holds sockets only for the peers it talks to. A
 // connection starts with a challenge-response (frames.hpp): both ends prove
-// they hold the job's link key, derived from every rank's address blob and
-// the job secret, so a stray, stale or impostor process is refused and
-// logged.
+// they hold the job's link key, derived from rank 0's address blob and the
+// job secret, so a stray, stale or impostor process is refused and logged.
+// With lazy links a rank need not know every address up front:
+// connect_looking_up() starts knowing rank 0's, and a peer's address is
+// looked up (at the store) when its link is first wanted, so that a rank of
+// a large job fetches the addresses of the peers it talks to, not all p.
 //
 // Frames: a 32-byte header (magic, version, type, tag, length, id), checked
 // before any of it is used. Messages up to the eager limit go in one EAGER
@@ -35,6 +38,7 @@
 #include "transport/transport.hpp"
 
 #include <deque>
+#include <functional>
 #include <list>
 #include <memory>
 #include <optional>
@@ -62,6 +66,19 @@ class TcpTransport final : public Transport {
   std::string_view name() const noexcept override { return "tcp"; }
   AddressBlob address() override;
   void connect(std::span<const AddressBlob> addresses, Deadline deadline) override;
+
+  // Rank `rank`'s address blob, by `deadline`, or a chorus::Error saying why
+  // not. Called on the thread that drives the transport, and it blocks it:
+  // once per peer, when that peer's link is first wanted.
+  using AddressLookup = std::function<AddressBlob(int rank, Deadline deadline)>;
+  // Connects knowing only rank 0's address (for the link key) and this
+  // rank's own; the others are looked up when first needed. Only for links
+  // that open lazily (lazy_links()); a peer whose address cannot be looked
+  // up fails with the lookup's reason.
+  void connect_looking_up(const AddressBlob& rank0, AddressLookup lookup, Deadline deadline);
+  // Whether the links of a job of `size` ranks open at the first message
+  // (CHORUS_SOCKET_CONNECT: eager, lazy, or auto: lazy beyond 64 ranks).
+  static bool lazy_links(int size);
   RequestPtr isend(int peer, Tag tag, const void* buf, std::size_t bytes) override;
   RequestPtr irecv(int peer, Tag tag, void* buf, std::size_t bytes) override;
   bool probe(int peer, Tag tag) override;
@@ -80,6 +97,8 @@ class TcpTransport final : public Transport {
   struct Incoming;  // a connection in its handshake: links.cpp
   Peer& peer_at(int rank);  // made at first use
   std::string where_of(int rank) const;
+  void start(Deadline deadline);  // connect()'s common part, once addresses_ is set
+  bool look_up(Peer& peer);       // its address known (looked up if need be), or it failed
   bool handle_events(int timeout_ms);
   // links.cpp: opening, accepting and proving links.
   void want_link(Peer& peer);
@@ -116,7 +135,8 @@ class TcpTransport final : public Transport {
   std::uint64_t next_send_id_ = 1;
   std::size_t max_unexpected_ = 0;  // per peer: CHORUS_SOCKET_UNEXPECTED_BYTES
   std::vector<std::unique_ptr<Peer>> peers_;  // by rank, made at first use; [rank()]: self-sends
-  std::vector<AddressBlob> addresses_;        // every rank's, from connect()
+  std::vector<AddressBlob> addresses_;        // by rank, from connect(); empty: not looked up yet
+  AddressLookup lookup_;                      // connect_looking_up()'s
   std::list<Incoming> incoming_;              // accepted, not yet proven
   std::vector<int> retrying_;                 // ranks whose link opens again later
   Clock::time_point accept_paused_until_{};   // out of descriptors: not accepting until then
