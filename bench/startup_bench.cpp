@@ -1,15 +1,16 @@
 // Start-up at scale: how long N ranks take from nothing to "connected, and
 // a first message through", and what each rank holds by then.
 //
-//   startup_bench --ranks N [--per-process M] [--all-addresses]
+//   startup_bench --ranks N [--per-process M] [--all-addresses] [--ucx]
 //
 // The ranks are threads, M to a process (default 512; a process holds a
 // few descriptors per rank, and the machine's limit is per process), all
 // meeting at one store server with a job secret, as a real job would:
-// every rank creates its TCP transport, publishes its address and connects
-// as Chorus does (beyond 64 ranks: bootstrap::connect_looking_up, links and
-// addresses at the first message), then sends 8 bytes to the next rank of a
-// ring and receives from the previous. With --all-addresses every rank
+// every rank creates its TCP transport (with --ucx: its UCX transport),
+// publishes its address and connects as Chorus does (beyond 64 ranks:
+// bootstrap::connect_looking_up, links or endpoints and addresses at the
+// first message), then sends 8 bytes to the next rank of a ring and
+// receives from the previous. With --all-addresses every rank
 // fetches every address first (store_allgather), the way Chorus started
 // before lookups, for comparison. Printed: the time until every rank had
 // met at the store (and, with --all-addresses, had every address), until
@@ -60,10 +61,10 @@ struct Report {  // one process's ranks, sent to the parent through a pipe
 
 // A process's transports, kept until every process has finished: a rank
 // whose links close early would fail its peers still connecting.
-std::vector<std::unique_ptr<transport::TcpTransport>> transports;
+std::vector<std::unique_ptr<transport::Transport>> transports;
 
 Report run_ranks(int first, int count, int size, std::uint16_t port, const std::string& secret,
-                 bool all_addresses, Clock::time_point start) {
+                 bool all_addresses, bool ucx, Clock::time_point start) {
   Report report;
   report.ranks = count;
   const long before = resident_kib();
@@ -83,13 +84,17 @@ Report run_ranks(int first, int count, int size, std::uint16_t port, const std::
       try {
         const auto deadline = transport::deadline_after(300);
         auto& t = transports[static_cast<std::size_t>(i)];
-        transport::TcpTransport::Options options;
-        options.secret = auth::Secret(secret);
-        t = std::make_unique<transport::TcpTransport>(rank, size, options);
+        if (ucx) {
+          t = bootstrap::make_transport(bootstrap::TransportKind::ucx, rank, size);
+        } else {
+          transport::TcpTransport::Options options;
+          options.secret = auth::Secret(secret);
+          t = std::make_unique<transport::TcpTransport>(rank, size, options);
+        }
         bootstrap::StoreAccess access{auth::Secret(secret), "startup"};
         auto store =
             std::make_shared<bootstrap::TcpStore>("127.0.0.1", port, deadline, std::move(access));
-        if (all_addresses || !transport::TcpTransport::lazy_links(size)) {
+        if (all_addresses || !t->connects_lazily()) {
           const auto blobs =
               bootstrap::store_allgather(*store, "startup", rank, size, deadline)(t->address());
           store.reset();
@@ -127,14 +132,15 @@ Report run_ranks(int first, int count, int size, std::uint16_t port, const std::
 
 int main(int argc, char** argv) {
   int ranks = 256, per_process = 512;
-  bool all_addresses = false;
+  bool all_addresses = false, ucx = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--ranks" && i + 1 < argc) ranks = std::atoi(argv[++i]);
     else if (a == "--per-process" && i + 1 < argc) per_process = std::atoi(argv[++i]);
     else if (a == "--all-addresses") all_addresses = true;
+    else if (a == "--ucx") ucx = true;
     else {
-      std::fprintf(stderr, "usage: %s --ranks N [--per-process M] [--all-addresses]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s --ranks N [--per-process M] [--all-addresses] [--ucx]\n", argv[0]);
       return 2;
     }
   }
@@ -164,7 +170,7 @@ int main(int argc, char** argv) {
       close(port[1]);
       std::uint16_t server_port = 0;
       if (read(port[0], &server_port, sizeof server_port) != sizeof server_port) _exit(1);
-      Report r = run_ranks(first, count, ranks, server_port, secret, all_addresses, start);
+      Report r = run_ranks(first, count, ranks, server_port, secret, all_addresses, ucx, start);
       [[maybe_unused]] auto n = write(report[1], &r, sizeof r);
       char c;
       [[maybe_unused]] auto m = read(release[0], &c, 1);  // until every process is done

@@ -315,7 +315,7 @@ BlobAllgather store_allgather(Store& store, const std::string& key_prefix, int r
   };
 }
 
-void connect_looking_up(transport::TcpTransport& t, std::shared_ptr<Store> store,
+void connect_looking_up(transport::Transport& t, std::shared_ptr<Store> store,
                         const std::string& key_prefix, transport::Deadline deadline) {
   const int rank = t.rank(), size = t.size();
   const std::string stage = key_prefix + "/address";
@@ -332,7 +332,8 @@ void connect_looking_up(transport::TcpTransport& t, std::shared_ptr<Store> store
         return store->get(key, until)[0];  // every rank's is there: one round trip
       },
       deadline);
-  log::info("transport: tcp connected, {} ranks (addresses looked up when first needed)", size);
+  log::info("transport: {} connected, {} ranks (addresses looked up when first needed)", t.name(),
+            size);
 }
 
 std::unique_ptr<transport::Transport> connect_transport(TransportKind kind, int rank, int size,
@@ -352,9 +353,8 @@ std::unique_ptr<transport::Transport> connect_transport(TransportKind kind, int 
   auto t = choose_transport(kind, rank, size, [&](const std::string& why_not) {
     return agree_on_ucx(*store, key_prefix, rank, size, why_not, deadline);
   });
-  if (auto* tcp = dynamic_cast<transport::TcpTransport*>(t.get());
-      tcp != nullptr && transport::TcpTransport::lazy_links(size)) {
-    connect_looking_up(*tcp, std::move(store), key_prefix, deadline);
+  if (t->connects_lazily()) {
+    connect_looking_up(*t, std::move(store), key_prefix, deadline);
   } else {
     const auto blobs = store_allgather(*store, key_prefix, rank, size, deadline)(t->address());
     connect_with(*t, blobs, rank, size, deadline);

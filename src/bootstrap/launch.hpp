@@ -3,7 +3,6 @@
 #pragma once
 
 #include "bootstrap/store.hpp"
-#include "transport/tcp/tcp_transport.hpp"
 #include "transport/transport.hpp"
 
 #include <functional>
@@ -80,15 +79,15 @@ std::unique_ptr<transport::Transport> connect_transport(TransportKind kind, int 
                                                         const BlobAllgather& allgather,
                                                         transport::Deadline deadline);
 // The same, meeting at `store`, with O(1) store work per rank where it can:
-// the automatic choice counts the ranks that cannot start UCX, and a TCP
-// transport whose links open lazily (beyond 64 ranks) connects with
-// connect_looking_up(). Any other transport fetches every address.
+// the automatic choice counts the ranks that cannot start UCX, and a
+// transport that connects lazily (beyond 64 ranks) connects with
+// connect_looking_up(). Otherwise every rank fetches every address.
 std::unique_ptr<transport::Transport> connect_transport(TransportKind kind, int rank, int size,
                                                         std::shared_ptr<Store> store,
                                                         const std::string& key_prefix,
                                                         transport::Deadline deadline);
 
-// Connects `t` (made, not yet connected, its links lazy) at `store`: every
+// Connects `t` (made, not yet connected, connects_lazily()) at `store`: every
 // rank publishes its address under `key_prefix`, waits until all have (a
 // counter: O(1) store work per rank), fetches rank 0's (the link key), parks
 // its store connection (Store::park) and looks the others up when their
@@ -96,7 +95,7 @@ std::unique_ptr<transport::Transport> connect_transport(TransportKind kind, int 
 // talks to (2 for a ring), not all p, and the store serves O(p) bytes for
 // the job where an all-gather of addresses serves O(p^2). `store` is kept
 // for those lookups as long as the transport lives.
-void connect_looking_up(transport::TcpTransport& t, std::shared_ptr<Store> store,
+void connect_looking_up(transport::Transport& t, std::shared_ptr<Store> store,
                         const std::string& key_prefix, transport::Deadline deadline);
 
 }  // namespace chorus::bootstrap

@@ -61,6 +61,9 @@ constexpr VariableInfo kVariables[] = {
     {V::tuning_file, "CHORUS_TUNING_FILE", "", "a tuning file from allreduce_perf --tune"},
     {V::ucx_cma, "CHORUS_UCX_CMA", "1",
      "0 turns off the UCX transport's cross-memory attach between local ranks"},
+    {V::ucx_connect, "CHORUS_UCX_CONNECT", "auto",
+     "UCX endpoints: eager (to every peer at creation), lazy (at the first message), auto "
+     "(eager up to 64 ranks)"},
 };
 
 constexpr bool in_order() {

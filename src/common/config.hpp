@@ -45,6 +45,7 @@ enum class Variable {
   transport,
   tuning_file,
   ucx_cma,
+  ucx_connect,
 };
 
 struct VariableInfo {

@@ -44,6 +44,23 @@ Transport::Transport(int rank, int size) : rank_(rank), size_(size) {
                 fmt::format("rank {} of size {}: need 0 <= rank < size", rank, size));
 }
 
+bool lazy_by_setting(config::Variable variable, int size) {
+  const auto mode = config::get(variable).value_or("auto");
+  if (mode == "eager") return false;
+  if (mode == "lazy") return true;
+  if (mode != "auto")
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("{}='{}' is not one of auto, eager, lazy", config::name(variable), mode));
+  return size > 64;
+}
+
+void Transport::connect_looking_up(const AddressBlob&, AddressLookup, Deadline) {
+  throw Error(ErrorCode::unsupported,
+              fmt::format("the {} transport needs every address at connect (it does not look "
+                          "them up when first needed)",
+                          name()));
+}
+
 void Transport::check_message(const char* what, int peer, Tag tag, const void* buf,
                               std::size_t bytes) const {
   if (peer < 0 || peer >= size_)

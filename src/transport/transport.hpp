@@ -26,6 +26,8 @@
 
 #include <chorus/error.hpp>
 
+#include "common/config.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -108,6 +110,22 @@ class Transport {
   // is this one's). Throws chorus::Error on timeout, naming the missing ranks.
   virtual void connect(std::span<const AddressBlob> addresses, Deadline deadline) = 0;
 
+  // Rank `rank`'s address blob by `deadline` (from the store, say), or a
+  // chorus::Error saying why not.
+  using AddressLookup = std::function<AddressBlob(int rank, Deadline deadline)>;
+  // Whether this transport makes its link to a peer at the first message
+  // to or from it (TCP: CHORUS_SOCKET_CONNECT, UCX: CHORUS_UCX_CONNECT; by
+  // default beyond 64 ranks), so that it may connect_looking_up().
+  virtual bool connects_lazily() const { return false; }
+  // Instead of connect(): connects knowing only rank 0's address and this
+  // rank's own; a peer's address is looked up with `lookup` when its link
+  // is first wanted (once per peer, on the thread that drives the
+  // transport, blocking it that long). A peer whose address cannot be
+  // looked up fails with the lookup's reason. Only where connects_lazily();
+  // elsewhere Error(unsupported).
+  virtual void connect_looking_up(const AddressBlob& rank0, AddressLookup lookup,
+                                  Deadline deadline);
+
   // Throw chorus::Error (invalid argument) for a bad peer, a tag above
   // kMaxTag, or a null buffer with bytes > 0. Sends to self are allowed.
   virtual RequestPtr isend(int peer, Tag tag, const void* buf, std::size_t bytes) = 0;
@@ -147,6 +165,12 @@ class Transport {
   const int rank_;
   const int size_;
 };
+
+// Whether a transport of a job of `size` ranks connects lazily, as the
+// setting `variable` says (CHORUS_SOCKET_CONNECT, CHORUS_UCX_CONNECT):
+// eager, lazy, or auto (lazy beyond 64 ranks); another value is an
+// invalid_argument Error naming the variable.
+bool lazy_by_setting(config::Variable variable, int size);
 
 // The error text for a message larger than its receive, shared by every
 // transport so that the conformance tests can check it once.

@@ -257,95 +257,120 @@ class CountingStore final : public Store {
 };
 
 // Issue 19: start-up without every rank pulling every address from one
-// server. With lazy TCP links (beyond 64 ranks, or forced as here) a rank
-// fetches rank 0's address and then only those of the peers it links to:
-// around a ring of 9 ranks at most 4 values each (the arrival counter's
-// "done", rank 0's address and its two neighbours'; eager links: all 9).
-// Then every rank still reaches every other (looking the rest up), and once
-// the store is gone a lookup fails naming the rank and the store.
-TEST(ConnectThroughStore, LazyTcpRanksLookUpOnlyThePeersTheyTalkTo) {
+// server. With lazy TCP links or UCX endpoints (beyond 64 ranks, or forced
+// as here) a rank fetches rank 0's address and then only those of the
+// peers it talks to: around a ring of 9 ranks at most 4 values each (the
+// arrival counter's "done", rank 0's address and its two neighbours'; with
+// eager links: all 9). Then every rank still reaches every other (looking
+// the rest up), and once the store is gone a lookup fails naming the rank.
+struct Connecting {
+  TransportKind kind;
+  const char* variable;  // what makes it lazy or eager
+  bool lazy;
+};
+class ConnectThroughStore : public ::testing::TestWithParam<Connecting> {};
+
+TEST_P(ConnectThroughStore, LazyRanksLookUpOnlyThePeersTheyTalkTo) {
   constexpr int p = 9;
-  for (const std::string mode : {"lazy", "eager"}) {
-    setenv("CHORUS_SOCKET_CONNECT", mode.c_str(), 1);
-    auto server = std::make_unique<StoreServer>("127.0.0.1", 0);
-    std::vector<std::unique_ptr<transport::Transport>> ranks(p);
-    std::vector<std::shared_ptr<CountingStore>> stores(p);
-    std::vector<std::size_t> fetched_for_ring(p);
-    std::vector<std::string> errors(p);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < p; ++r)
-      threads.emplace_back([&, r] {
-        const auto i = static_cast<std::size_t>(r);
-        try {
-          stores[i] = std::make_shared<CountingStore>(std::make_unique<TcpStore>(
-              "127.0.0.1", server->port(), transport::deadline_after(10)));
-          auto& t = ranks[i];
-          t = connect_transport(TransportKind::tcp, r, p, stores[i], "job",
-                                transport::deadline_after(30));
-          std::uint32_t from_left = 0;
-          const std::uint32_t mine = 1000u + static_cast<std::uint32_t>(r);
-          auto recv = t->irecv((r + p - 1) % p, 4, &from_left, 4);
-          t->wait(*t->isend((r + 1) % p, 4, &mine, 4), transport::deadline_after(30));
-          t->wait(*recv, transport::deadline_after(30));
-          if (from_left != 1000u + static_cast<std::uint32_t>((r + p - 1) % p))
-            throw std::runtime_error("wrong ring message");
-          fetched_for_ring[i] = stores[i]->values_fetched;
-          // Every rank to every rank: links (and lookups) the ring never made.
-          std::vector<std::uint32_t> got(p, 0);
-          std::vector<transport::RequestPtr> requests;
-          for (int q = 0; q < p; ++q) {
-            if (q == r) continue;
-            requests.push_back(t->irecv(q, 5, &got[static_cast<std::size_t>(q)], 4));
-            requests.push_back(t->isend(q, 5, &mine, 4));
-          }
-          t->wait_all(requests, transport::deadline_after(30));
-          for (int q = 0; q < p; ++q)
-            if (q != r && got[static_cast<std::size_t>(q)] != 1000u + static_cast<std::uint32_t>(q))
-              throw std::runtime_error("wrong message from rank " + std::to_string(q));
-        } catch (const std::exception& e) {
-          errors[i] = e.what();
-        }
-      });
-    for (auto& t : threads) t.join();
-    for (int r = 0; r < p; ++r) {
+  const Connecting mode = GetParam();
+  setenv(mode.variable, mode.lazy ? "lazy" : "eager", 1);
+  struct Unset {
+    const char* name;
+    ~Unset() { unsetenv(name); }
+  } unset{mode.variable};
+  auto server = std::make_unique<StoreServer>("127.0.0.1", 0);
+  std::vector<std::unique_ptr<transport::Transport>> ranks(p);
+  std::vector<std::shared_ptr<CountingStore>> stores(p);
+  std::vector<std::size_t> fetched_for_ring(p);
+  std::vector<std::string> errors(p);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < p; ++r)
+    threads.emplace_back([&, r] {
       const auto i = static_cast<std::size_t>(r);
-      EXPECT_EQ(errors[i], "") << mode << ", rank " << r;
-      if (mode == "lazy")
-        EXPECT_LE(fetched_for_ring[i], 4u) << "rank " << r << " looked up more than its ring";
-      else
-        EXPECT_EQ(fetched_for_ring[i], std::size_t{p}) << "rank " << r;
-    }
-    if (mode == "lazy") {
-      // The store goes; the lazy ranks' connections are parked, so it does
-      // not wait out its 10 s drain for them.
-      const auto stopping = std::chrono::steady_clock::now();
-      server.reset();
-      EXPECT_LT(std::chrono::steady_clock::now() - stopping, std::chrono::seconds(5));
-      // A new transport of rank 1 whose peers are unknown: its lookup fails.
-      transport::AddressBlob rank0 = ranks[0]->address();
-      transport::TcpTransport late(1, p);
-      late.connect_looking_up(
-          rank0,
-          [store = stores[1]](int q, transport::Deadline until) {
-            const std::string key[] = {"job/address/" + std::to_string(q)};
-            return store->get(key, until)[0];
-          },
-          transport::deadline_after(5));
-      std::uint32_t x = 7;
-      auto s = late.isend(4, 6, &x, 4);
       try {
-        late.wait(*s, transport::deadline_after(10));
-        ADD_FAILURE() << "a send whose peer cannot be looked up succeeded";
-      } catch (const Error& e) {
-        EXPECT_EQ(e.code(), ErrorCode::peer_failure) << e.what();
-        EXPECT_NE(std::string(e.what()).find("cannot look up rank 4's address"), std::string::npos)
-            << e.what();
+        stores[i] = std::make_shared<CountingStore>(
+            std::make_unique<TcpStore>("127.0.0.1", server->port(), transport::deadline_after(10)));
+        auto& t = ranks[i];
+        t = connect_transport(mode.kind, r, p, stores[i], "job", transport::deadline_after(30));
+        std::uint32_t from_left = 0;
+        const std::uint32_t mine = 1000u + static_cast<std::uint32_t>(r);
+        auto recv = t->irecv((r + p - 1) % p, 4, &from_left, 4);
+        t->wait(*t->isend((r + 1) % p, 4, &mine, 4), transport::deadline_after(30));
+        t->wait(*recv, transport::deadline_after(30));
+        if (from_left != 1000u + static_cast<std::uint32_t>((r + p - 1) % p))
+          throw std::runtime_error("wrong ring message");
+        fetched_for_ring[i] = stores[i]->values_fetched;
+        // Every rank to every rank: links (and lookups) the ring never made.
+        std::vector<std::uint32_t> got(p, 0);
+        std::vector<transport::RequestPtr> requests;
+        for (int q = 0; q < p; ++q) {
+          if (q == r) continue;
+          requests.push_back(t->irecv(q, 5, &got[static_cast<std::size_t>(q)], 4));
+          requests.push_back(t->isend(q, 5, &mine, 4));
+        }
+        t->wait_all(requests, transport::deadline_after(30));
+        for (int q = 0; q < p; ++q)
+          if (q != r && got[static_cast<std::size_t>(q)] != 1000u + static_cast<std::uint32_t>(q))
+            throw std::runtime_error("wrong message from rank " + std::to_string(q));
+        // Until every rank is done: a rank that left early would fail the
+        // others' sends to it.
+        stores[i]->barrier("done", p, transport::deadline_after(30));
+      } catch (const std::exception& e) {
+        errors[i] = e.what();
       }
-    }
-    unsetenv("CHORUS_SOCKET_CONNECT");
-    ranks.clear();  // every rank kept its transport until all were done
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < p; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    EXPECT_EQ(errors[i], "") << "rank " << r;
+    if (mode.lazy)
+      EXPECT_LE(fetched_for_ring[i], 4u) << "rank " << r << " looked up more than its ring";
+    else
+      EXPECT_EQ(fetched_for_ring[i], std::size_t{p}) << "rank " << r;
   }
+  if (mode.lazy) {
+    // The store goes; the lazy ranks' connections are parked, so it does
+    // not wait out its 10 s drain for them.
+    const auto stopping = std::chrono::steady_clock::now();
+    server.reset();
+    EXPECT_LT(std::chrono::steady_clock::now() - stopping, std::chrono::seconds(5));
+    // A new rank 1 whose peers are unknown: its lookup fails, naming why.
+    auto late = make_transport(mode.kind, 1, p);
+    late->connect_looking_up(
+        ranks[0]->address(),
+        [store = stores[1]](int q, transport::Deadline until) {
+          const std::string key[] = {"job/address/" + std::to_string(q)};
+          return store->get(key, until)[0];
+        },
+        transport::deadline_after(5));
+    std::uint32_t x = 7;
+    auto s = late->isend(4, 6, &x, 4);
+    try {
+      late->wait(*s, transport::deadline_after(10));
+      ADD_FAILURE() << "a send whose peer cannot be looked up succeeded";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::peer_failure) << e.what();
+      EXPECT_NE(std::string(e.what()).find("cannot look up rank 4's address"), std::string::npos)
+          << e.what();
+    }
+  }
+  ranks.clear();
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    Transports, ConnectThroughStore,
+    ::testing::Values(Connecting{TransportKind::tcp, "CHORUS_SOCKET_CONNECT", true},
+                      Connecting{TransportKind::tcp, "CHORUS_SOCKET_CONNECT", false}
+#if defined(CHORUS_HAVE_UCX)
+                      ,
+                      Connecting{TransportKind::ucx, "CHORUS_UCX_CONNECT", true},
+                      Connecting{TransportKind::ucx, "CHORUS_UCX_CONNECT", false}
+#endif
+                      ),
+    [](const ::testing::TestParamInfo<Connecting>& info) {
+      return std::string(info.param.kind == TransportKind::tcp ? "tcp" : "ucx") +
+             (info.param.lazy ? "_lazy" : "_eager");
+    });
 
 TEST(TcpStore, ServerSurvivesGarbageAndKeepsServing) {
   StoreServer server("127.0.0.1", 0);

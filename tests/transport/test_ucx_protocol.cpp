@@ -31,6 +31,7 @@ class UcxProtocol : public ::testing::Test {
   // its transport's protocol.
   void send_raw_to_rank0(ucp_tag_t tag, const void* bytes, std::size_t length) {
     auto& s = ranks[1].state();
+    ASSERT_TRUE(transport::ucx::endpoint_ready(s, 0));  // made now if endpoints are lazy
     ucp_request_param_t param{};
     void* request = ucp_tag_send_nbx(s.endpoints[0], bytes, length, tag, &param);
     ASSERT_FALSE(UCS_PTR_IS_ERR(request));

@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
         auto& s = dynamic_cast<transport::UcxTransport&>(*t).state();
         const std::string overlong(4 * transport::UcxTransport::State::kNoticeBytes, 'x');
         ucp_request_param_t param{};
+        if (!transport::ucx::endpoint_ready(s, 0)) throw std::runtime_error("no endpoint to rank 0");
         void* r = ucp_tag_send_nbx(s.endpoints[0], overlong.data(), overlong.size(),
                                    transport::ucx::kNoticeTag | 1, &param);
         while (UCS_PTR_IS_PTR(r) && ucp_request_check_status(r) == UCS_INPROGRESS) t->progress();

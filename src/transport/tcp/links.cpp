@@ -43,13 +43,7 @@ bool send_all(const net::Fd& fd, const void* data, std::size_t bytes) {
 }  // namespace
 
 bool TcpTransport::lazy_links(int size) {
-  const auto mode = config::get(config::Variable::socket_connect).value_or("auto");
-  if (mode == "eager") return false;
-  if (mode == "lazy") return true;
-  if (mode != "auto")
-    throw Error(ErrorCode::invalid_argument,
-                fmt::format("CHORUS_SOCKET_CONNECT='{}' is not one of auto, eager, lazy", mode));
-  return size > 64;
+  return lazy_by_setting(config::Variable::socket_connect, size);
 }
 
 TcpTransport::Peer& TcpTransport::peer_at(int r) {
@@ -165,7 +159,7 @@ bool TcpTransport::look_up(Peer& peer) {
     AddressBlob found = lookup_(peer.rank, peer.give_up_at);
     (void)decode_address(found, peer.rank);
     blob = std::move(found);
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {
     fail_peer(peer, fmt::format("cannot look up rank {}'s address: {}", peer.rank, e.what()));
     return false;
   }

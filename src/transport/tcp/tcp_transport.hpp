@@ -38,7 +38,6 @@
 #include "transport/transport.hpp"
 
 #include <deque>
-#include <functional>
 #include <list>
 #include <memory>
 #include <optional>
@@ -67,15 +66,10 @@ class TcpTransport final : public Transport {
   AddressBlob address() override;
   void connect(std::span<const AddressBlob> addresses, Deadline deadline) override;
 
-  // Rank `rank`'s address blob, by `deadline`, or a chorus::Error saying why
-  // not. Called on the thread that drives the transport, and it blocks it:
-  // once per peer, when that peer's link is first wanted.
-  using AddressLookup = std::function<AddressBlob(int rank, Deadline deadline)>;
-  // Connects knowing only rank 0's address (for the link key) and this
-  // rank's own; the others are looked up when first needed. Only for links
-  // that open lazily (lazy_links()); a peer whose address cannot be looked
-  // up fails with the lookup's reason.
-  void connect_looking_up(const AddressBlob& rank0, AddressLookup lookup, Deadline deadline);
+  // Rank 0's address gives the link key.
+  bool connects_lazily() const override { return lazy_links(size()); }
+  void connect_looking_up(const AddressBlob& rank0, AddressLookup lookup,
+                          Deadline deadline) override;
   // Whether the links of a job of `size` ranks open at the first message
   // (CHORUS_SOCKET_CONNECT: eager, lazy, or auto: lazy beyond 64 ranks).
   static bool lazy_links(int size);

@@ -202,7 +202,10 @@ void UcxTransport::abort(const std::string& reason) {
   s.abort_text = reason.substr(0, s.kNoticeBytes);
   std::vector<void*> sent;
   for (int r = 0; r < size(); ++r) {
-    if (r == rank() || s.endpoints.empty() || s.peers[static_cast<std::size_t>(r)].dead) continue;
+    // (A peer this rank never reached has no endpoint: it is not told.)
+    if (r == rank() || s.endpoints.empty() || !s.endpoints[static_cast<std::size_t>(r)] ||
+        s.peers[static_cast<std::size_t>(r)].dead)
+      continue;
     ucp_request_param_t param{};
     void* req = ucp_tag_send_nbx(s.endpoints[static_cast<std::size_t>(r)], s.abort_text.data(),
                                  s.abort_text.size(),

@@ -135,6 +135,11 @@ void drop_unexpected(UcxTransport::State& s);
 // peer has left shared memory stuck (see failure.cpp); twice a second.
 void check_local_peers(UcxTransport::State& s);
 
+// ucx_transport.cpp: the endpoint to `peer`, made now if it is not yet
+// (its address looked up first if need be); false when that failed, and
+// then the peer has failed, saying why.
+bool endpoint_ready(UcxTransport::State& s, int peer);
+
 // state.cpp: UCX's completion callbacks for plain sends and receives.
 void on_send(void* ucx_request, ucs_status_t status, void* user);
 void on_receive(void* ucx_request, ucs_status_t status, const ucp_tag_recv_info_t* info,
@@ -148,7 +153,9 @@ struct UcxTransport::State {
   ucp_context_h context = nullptr;
   ucp_worker_h worker = nullptr;
   int event_fd = -1;
-  std::vector<ucp_ep_h> endpoints;
+  std::vector<ucp_ep_h> endpoints;  // by rank; null until made (lazy endpoints: at first use)
+  std::vector<AddressBlob> addresses;  // by rank; empty until looked up (connect_looking_up)
+  AddressLookup lookup;                // connect_looking_up()'s
   struct Peer {
     bool dead = false;
     std::string reason;  // why it is dead, or (not yet dead) why it was lost

@@ -4,6 +4,7 @@
 // failure.cpp notices, liveness and abort.
 #include "transport/ucx/state.hpp"
 
+#include "common/config.hpp"
 #include "common/logging.hpp"
 #include "common/secret.hpp"
 
@@ -48,7 +49,66 @@ void finish_wire_up(UcxTransport::State& s, Deadline deadline) {
   if (st != UCS_OK) throw ucx_error("wire-up", st);
 }
 
+// The endpoint to rank `r` from its blob, and what the blob says of it
+// (on this host: its pid, and whether it reads by cross-memory attach).
+void make_endpoint(UcxTransport::State& s, int r, const AddressBlob& blob) {
+  if (blob.size() <= sizeof(ProcessIdentity))
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("ucx connect: rank {}'s address has {} bytes: not a Chorus UCX address",
+                            r, blob.size()));
+  const ProcessIdentity me = this_process();
+  ProcessIdentity id;
+  std::memcpy(&id, blob.data(), sizeof id);
+  id.host[sizeof id.host - 1] = id.pid_namespace[sizeof id.pid_namespace - 1] = '\0';
+  if (r != s.rank && me.pid_namespace[0] != '\0' && std::strcmp(id.host, me.host) == 0 &&
+      std::strcmp(id.pid_namespace, me.pid_namespace) == 0 &&
+      id.host_identity == me.host_identity && id.pid > 0) {
+    s.peers[static_cast<std::size_t>(r)].local_pid = id.pid;
+    s.cma_with[static_cast<std::size_t>(r)] = s.cma && id.cma == 1;
+  }
+  s.handler_args.push_back(std::make_unique<std::pair<UcxTransport::State*, int>>(&s, r));
+  ucp_ep_params_t ep{};
+  ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                  UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  ep.address = reinterpret_cast<const ucp_address_t*>(blob.data() + sizeof(ProcessIdentity));
+  ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  ep.err_handler.cb = on_endpoint_error;
+  ep.err_handler.arg = s.handler_args.back().get();
+  const ucs_status_t st = ucp_ep_create(s.worker, &ep, &s.endpoints[static_cast<std::size_t>(r)]);
+  if (st != UCS_OK)
+    throw ucx_error(fmt::format("endpoint to rank {} (is its address a UCX address?)", r), st);
+}
+
+// A lookup gets this long.
+constexpr auto kLookupPatience = std::chrono::seconds(5);
+
 }  // namespace
+
+bool ucx::endpoint_ready(UcxTransport::State& s, int peer) {
+  const auto i = static_cast<std::size_t>(peer);
+  if (s.endpoints[i]) return true;
+  if (s.peers[i].dead) return false;
+  if (s.addresses[i].empty()) {
+    try {
+      if (!s.lookup) throw Error(ErrorCode::internal, "no address, and no lookup");
+      s.addresses[i] = s.lookup(peer, Clock::now() + kLookupPatience);
+    } catch (const std::exception& e) {
+      s.fail_peer(peer, fmt::format("cannot look up rank {}'s address: {}", peer, e.what()));
+      return false;
+    }
+  }
+  try {
+    make_endpoint(s, peer, s.addresses[i]);
+  } catch (const Error& e) {
+    s.fail_peer(peer, e.what());
+    return false;
+  }
+  return true;
+}
+
+bool UcxTransport::lazy_endpoints(int size) {
+  return lazy_by_setting(config::Variable::ucx_connect, size);
+}
 
 UcxTransport::UcxTransport(int rank, int size)
     : Transport(rank, size), state_(std::make_unique<State>()) {
@@ -130,35 +190,30 @@ void UcxTransport::connect(std::span<const AddressBlob> addresses, Deadline dead
                 fmt::format("ucx connect: {} addresses for {} ranks", addresses.size(), size()));
   s.endpoints.assign(addresses.size(), nullptr);
   s.cma_with.assign(addresses.size(), false);
-  const ProcessIdentity me = this_process();
-  for (int r = 0; r < size(); ++r) {
-    const AddressBlob& blob = addresses[static_cast<std::size_t>(r)];
-    if (blob.size() <= sizeof(ProcessIdentity))
-      throw Error(ErrorCode::invalid_argument,
-                  fmt::format("ucx connect: rank {}'s address has {} bytes: not a Chorus UCX address",
-                              r, blob.size()));
-    ProcessIdentity id;
-    std::memcpy(&id, blob.data(), sizeof id);
-    id.host[sizeof id.host - 1] = id.pid_namespace[sizeof id.pid_namespace - 1] = '\0';
-    if (r != rank() && me.pid_namespace[0] != '\0' && std::strcmp(id.host, me.host) == 0 &&
-        std::strcmp(id.pid_namespace, me.pid_namespace) == 0 &&
-        id.host_identity == me.host_identity && id.pid > 0) {
-      s.peers[static_cast<std::size_t>(r)].local_pid = id.pid;
-      s.cma_with[static_cast<std::size_t>(r)] = s.cma && id.cma == 1;
-    }
-    s.handler_args.push_back(std::make_unique<std::pair<State*, int>>(&s, r));
-    ucp_ep_params_t ep{};
-    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    ep.address = reinterpret_cast<const ucp_address_t*>(blob.data() + sizeof(ProcessIdentity));
-    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    ep.err_handler.cb = on_endpoint_error;
-    ep.err_handler.arg = s.handler_args.back().get();
-    const ucs_status_t st = ucp_ep_create(s.worker, &ep, &s.endpoints[static_cast<std::size_t>(r)]);
-    if (st != UCS_OK)
-      throw ucx_error(fmt::format("endpoint to rank {} (is its address a UCX address?)", r), st);
+  s.addresses.assign(addresses.begin(), addresses.end());
+  if (!lazy_endpoints(size())) {
+    for (int r = 0; r < size(); ++r) make_endpoint(s, r, s.addresses[static_cast<std::size_t>(r)]);
+    finish_wire_up(s, deadline);
   }
-  finish_wire_up(s, deadline);
+  post_notice_receive(s);
+}
+
+void UcxTransport::connect_looking_up(const AddressBlob& rank0, AddressLookup lookup,
+                                      Deadline deadline) {
+  (void)deadline;  // nothing to wait for: every endpoint is made when first needed
+  State& s = *state_;
+  if (!lazy_endpoints(size()))
+    throw Error(ErrorCode::invalid_argument,
+                "ucx: looking addresses up when needed takes endpoints made lazily "
+                "(CHORUS_UCX_CONNECT=lazy, or auto beyond 64 ranks)");
+  if (!lookup) throw Error(ErrorCode::invalid_argument, "ucx connect_looking_up: no lookup");
+  const auto p = static_cast<std::size_t>(size());
+  s.endpoints.assign(p, nullptr);
+  s.cma_with.assign(p, false);
+  s.addresses.assign(p, AddressBlob{});
+  s.addresses[0] = rank0;
+  s.addresses[static_cast<std::size_t>(rank())] = address();
+  s.lookup = std::move(lookup);
   post_notice_receive(s);
 }
 
@@ -172,6 +227,12 @@ RequestPtr UcxTransport::isend(int peer, Tag tag, const void* buf, std::size_t b
         fmt::format("rank {}: cannot send to rank {}: {}", rank(), peer,
                     s.endpoints.empty() ? "the transport is not connected"
                                         : s.peers[static_cast<std::size_t>(peer)].reason));
+    return request;
+  }
+  if (!endpoint_ready(s, peer)) {
+    request->fail(ErrorCode::peer_failure,
+                  fmt::format("rank {}: cannot send to rank {}: {}", rank(), peer,
+                              s.peers[static_cast<std::size_t>(peer)].reason));
     return request;
   }
   Pending* p = s.acquire(request, peer, bytes);
@@ -212,6 +273,15 @@ RequestPtr UcxTransport::irecv(int peer, Tag tag, void* buf, std::size_t bytes) 
   ucp_tag_recv_info_t arrived{};
   if (s.peers[static_cast<std::size_t>(peer)].dead &&
       ucp_tag_probe_nb(s.worker, ucx_tag(peer, tag), kFullMask, 0, &arrived) == nullptr) {
+    request->fail(ErrorCode::peer_failure,
+                  fmt::format("rank {}: cannot receive from rank {}: {}", rank(), peer,
+                              s.peers[static_cast<std::size_t>(peer)].reason));
+    return request;
+  }
+  // Its endpoint first, even to receive: it tells this rank whether the
+  // peer sends by cross-memory attach, and watches the peer for failure.
+  if (!s.endpoints.empty() && !s.peers[static_cast<std::size_t>(peer)].dead &&
+      !endpoint_ready(s, peer)) {
     request->fail(ErrorCode::peer_failure,
                   fmt::format("rank {}: cannot receive from rank {}: {}", rank(), peer,
                               s.peers[static_cast<std::size_t>(peer)].reason));

@@ -14,6 +14,13 @@
 // Off with CHORUS_UCX_CMA=0, and off by itself where Yama's ptrace_scope or
 // a seccomp filter forbids reading a peer's memory (both ends must allow it).
 //
+// Endpoints: up to 64 ranks (CHORUS_UCX_CONNECT) connect() makes one to
+// every peer and finishes their wire-up while every rank is connecting.
+// Beyond, an endpoint is made at the first send to or receive from its peer
+// (a rank of a large job holds endpoints, and UCX's lanes and buffers, only
+// for the peers it talks to), and with connect_looking_up() the peer's
+// address is looked up then too.
+//
 // Failure: endpoints use UCP_ERR_HANDLING_MODE_PEER, so a dead peer fails
 // the sends to it; its pending receives are cancelled and failed by the
 // error handler. Unless the user set them, UCX_KEEPALIVE_INTERVAL is 0.25 s
@@ -39,6 +46,13 @@ class UcxTransport final : public Transport {
   std::string_view name() const noexcept override { return "ucx"; }
   AddressBlob address() override;
   void connect(std::span<const AddressBlob> addresses, Deadline deadline) override;
+  bool connects_lazily() const override { return lazy_endpoints(size()); }
+  void connect_looking_up(const AddressBlob& rank0, AddressLookup lookup,
+                          Deadline deadline) override;
+  // Whether the endpoints of a job of `size` ranks are made at the first
+  // message to or from each peer (CHORUS_UCX_CONNECT: eager, lazy, or auto:
+  // lazy beyond 64 ranks) rather than all at connect, wired up there.
+  static bool lazy_endpoints(int size);
   RequestPtr isend(int peer, Tag tag, const void* buf, std::size_t bytes) override;
   RequestPtr irecv(int peer, Tag tag, void* buf, std::size_t bytes) override;
   bool probe(int peer, Tag tag) override;
