@@ -34,6 +34,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace chorus {
 
@@ -123,6 +124,32 @@ class CHORUS_API Communicator {
   // throw. connect() calls it a few times, in the same order on every rank.
   using Allgather = std::function<void(const void* send, std::size_t bytes, void* recv)>;
   static Communicator connect(int rank, int size, const Allgather& allgather,
+                              const Options& options = {});
+
+  // Bootstrap through a framework's key-value store (torch.distributed's
+  // c10d::Store, say) instead of a store of Chorus's own. Chorus's keys
+  // begin with "chorus/", the same for every communicator: give each its
+  // own store or prefix (as torch does for each group). Up to 64 ranks
+  // every rank reads every rank's address at connect(); beyond, a rank
+  // reads only the addresses of the peers it talks to, when it first talks
+  // to them (docs/architecture.md), so the store is then used after
+  // connect() returns, from Chorus's own thread, for as long as the
+  // communicator lives: the functions must stay valid and may be called
+  // from any thread (one call at a time).
+  struct KeyValueStore {
+    // Stores `value` under `key`.
+    std::function<void(const std::string& key, std::span<const std::byte> value)> set;
+    // The value of `key` once it exists, waiting at most `timeout`; throws
+    // when it does not appear by then.
+    std::function<std::vector<std::byte>(const std::string& key, std::chrono::milliseconds timeout)>
+        get;
+    // Adds `delta` to the integer at `key` (0 when absent); the new value.
+    std::function<std::int64_t(const std::string& key, std::int64_t delta)> add;
+    // Whether `key` exists now, without waiting (for errors that name the
+    // ranks that never came).
+    std::function<bool(const std::string& key)> has;
+  };
+  static Communicator connect(int rank, int size, KeyValueStore store,
                               const Options& options = {});
 
   // From an MPI communicator: the ranks of `comm`, bootstrapped with its

@@ -610,25 +610,24 @@ class ProcessGroupChorus : public c10d::ProcessGroup {
   chorus::Communicator comm_;
 };
 
-// Communicator::connect's bootstrap all-gather over torch's store: round n
-// puts this rank's bytes at "chorus/<n>/<rank>" and reads every rank's.
-chorus::Communicator::Allgather store_allgather(c10::intrusive_ptr<c10d::Store> store, int rank,
-                                                int size) {
-  auto round = std::make_shared<int>(0);
-  return [store, rank, size, round](const void* send, std::size_t bytes, void* recv) {
-    const std::string prefix = "chorus/" + std::to_string((*round)++) + "/";
-    const auto* begin = static_cast<const std::uint8_t*>(send);
-    store->set(prefix + std::to_string(rank), std::vector<std::uint8_t>(begin, begin + bytes));
-    for (int r = 0; r < size; ++r) {
-      const std::vector<std::uint8_t> value = store->get(prefix + std::to_string(r));
-      if (value.size() != bytes)
-        throw std::runtime_error("chorus backend: rank " + std::to_string(r) + " published " +
-                                 std::to_string(value.size()) + " bootstrap bytes where " +
-                                 std::to_string(bytes) + " were expected (another Chorus version?)");
-      std::memcpy(static_cast<std::uint8_t*>(recv) + static_cast<std::size_t>(r) * bytes,
-                  value.data(), bytes);
-    }
+// Torch's store as Communicator::connect's key-value store (torch gives each
+// process group a store of its own, under its own prefix). TCPStore's calls
+// are serialized inside it, so Chorus's thread may use it beside torch's.
+chorus::Communicator::KeyValueStore key_value_store(c10::intrusive_ptr<c10d::Store> store) {
+  chorus::Communicator::KeyValueStore kv;
+  kv.set = [store](const std::string& key, std::span<const std::byte> value) {
+    const auto* begin = reinterpret_cast<const std::uint8_t*>(value.data());
+    store->set(key, std::vector<std::uint8_t>(begin, begin + value.size()));
   };
+  kv.get = [store](const std::string& key, std::chrono::milliseconds timeout) {
+    store->wait({key}, timeout);
+    const std::vector<std::uint8_t> value = store->get(key);
+    const auto* begin = reinterpret_cast<const std::byte*>(value.data());
+    return std::vector<std::byte>(begin, begin + value.size());
+  };
+  kv.add = [store](const std::string& key, std::int64_t delta) { return store->add(key, delta); };
+  kv.has = [store](const std::string& key) { return store->check({key}); };
+  return kv;
 }
 
 c10::intrusive_ptr<c10d::ProcessGroup> create_process_group(
@@ -638,7 +637,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> create_process_group(
   // Torch's timeout bounds every wait, as it does Gloo's.
   options.timeout = std::chrono::duration<double>(timeout.count());
   chorus::Communicator comm =
-      chorus::Communicator::connect(rank, size, store_allgather(store, rank, size), options);
+      chorus::Communicator::connect(rank, size, key_value_store(store), options);
   return c10::make_intrusive<ProcessGroupChorus>(std::move(comm));
 }
 

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <map>
 #include <numeric>
 #include <thread>
 
@@ -447,6 +448,107 @@ TEST(Bootstrap, ConnectThroughTheCallersAllgatherNeedsNoStore) {
     ASSERT_EQ(errors[r], "") << "rank " << r;
     for (std::size_t i = 0; i < 5000; i += 997) EXPECT_EQ(results[r][i], expected_sum(p, i));
   }
+}
+
+// A framework's key-value store (what torch's c10d::Store gives), kept in
+// this process: the ranks are threads.
+class MapStore {
+ public:
+  Communicator::KeyValueStore functions() {
+    Communicator::KeyValueStore kv;
+    kv.set = [this](const std::string& key, std::span<const std::byte> value) {
+      std::lock_guard lock(mutex_);
+      values_[key].assign(value.begin(), value.end());
+      changed_.notify_all();
+    };
+    kv.get = [this](const std::string& key, std::chrono::milliseconds timeout) {
+      std::unique_lock lock(mutex_);
+      ++gets_;
+      if (!changed_.wait_for(lock, timeout, [&] { return values_.count(key) > 0; }))
+        throw std::runtime_error("timed out waiting for " + key);
+      return values_[key];
+    };
+    kv.add = [this](const std::string& key, std::int64_t delta) {
+      std::lock_guard lock(mutex_);
+      auto& bytes = values_[key];
+      std::int64_t v = 0;
+      if (bytes.size() == sizeof v) std::memcpy(&v, bytes.data(), sizeof v);
+      v += delta;
+      bytes.resize(sizeof v);
+      std::memcpy(bytes.data(), &v, sizeof v);
+      changed_.notify_all();
+      return v;
+    };
+    kv.has = [this](const std::string& key) {
+      std::lock_guard lock(mutex_);
+      return values_.count(key) > 0;
+    };
+    return kv;
+  }
+  std::size_t gets() {
+    std::lock_guard lock(mutex_);
+    return gets_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::map<std::string, std::vector<std::byte>> values_;
+  std::size_t gets_ = 0;
+};
+
+// Communicator::connect through the caller's key-value store, with every
+// address read at creation (eager TCP links) and with addresses looked up
+// when first needed (lazy links, as beyond 64 ranks): the sums are right
+// either way, and the lazy ranks read fewer values than one per rank each.
+TEST(Bootstrap, ConnectThroughTheCallersKeyValueStore) {
+  setenv("CHORUS_SOCKET_ADDR", "127.0.0.1", 1);
+  constexpr int p = 5;
+  for (const char* links : {"eager", "lazy"}) {
+    setenv("CHORUS_SOCKET_CONNECT", links, 1);
+    MapStore store;  // one per communicator, as torch gives each group its own
+    std::vector<std::string> errors(p);
+    std::vector<std::vector<float>> results(p);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < p; ++r)
+      threads.emplace_back([&, r] {
+        try {
+          Options options;
+          options.transport = "tcp";
+          options.timeout = 30s;
+          auto comm = Communicator::connect(r, p, store.functions(), options);
+          results[r] = contribution(r, 5000);
+          comm.allreduce(std::span<float>(results[r]), ReduceOp::sum);
+          comm.barrier();
+        } catch (const std::exception& e) {
+          errors[r] = e.what();
+        }
+      });
+    for (auto& t : threads) t.join();
+    unsetenv("CHORUS_SOCKET_CONNECT");
+    for (int r = 0; r < p; ++r) {
+      ASSERT_EQ(errors[r], "") << links << ", rank " << r;
+      for (std::size_t i = 0; i < 5000; i += 997) EXPECT_EQ(results[r][i], expected_sum(p, i));
+    }
+    if (std::string(links) == "lazy")
+      EXPECT_LT(store.gets(), std::size_t{p * p}) << "every rank read every address";
+  }
+  // A rank that never comes: the others are told which, by the deadline.
+  MapStore store;
+  Options options;
+  options.transport = "tcp";
+  options.timeout = 2s;
+  try {
+    Communicator::connect(0, 2, store.functions(), options);
+    ADD_FAILURE() << "connect() returned without rank 1";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::timeout) << e.what();
+    EXPECT_NE(std::string(e.what()).find("ranks 1 of 2 never arrived"), std::string::npos)
+        << e.what();
+  }
+  Communicator::KeyValueStore lacking = store.functions();
+  lacking.has = nullptr;
+  EXPECT_THROW(Communicator::connect(0, 2, lacking, options), Error);
 }
 
 TEST(Bootstrap, AFailingAllgatherIsAnErrorThatSaysSo) {
