@@ -443,7 +443,9 @@ void StoreServer::serve() {
   while (true) {
     if (draining && (Clock::now() >= drain_until ||
                      std::all_of(s.clients.begin(), s.clients.end(),
-                                 [](const State::Client& c) { return c.parked && !c.waiter; })))
+                                 [](const State::Client& c) {
+                                   return c.parked && !c.waiter && c.out.empty();
+                                 })))
       return;
     // Expire waiters and unfinished handshakes: O(clients) per pass.
     const auto now = Clock::now();

@@ -66,8 +66,8 @@ class TcpTransport final : public Transport {
   AddressBlob address() override;
   void connect(std::span<const AddressBlob> addresses, Deadline deadline) override;
 
-  // Rank 0's address gives the link key.
   bool connects_lazily() const override { return lazy_links(size()); }
+  // (Rank 0's address, known from the start, gives the link key.)
   void connect_looking_up(const AddressBlob& rank0, AddressLookup lookup,
                           Deadline deadline) override;
   // Whether the links of a job of `size` ranks open at the first message
