@@ -106,8 +106,10 @@ class Transport {
 
   // This rank's address, to be given to every peer; valid before connect().
   virtual AddressBlob address() = 0;
-  // Connects to every peer; addresses[r] is rank r's blob (addresses[rank()]
-  // is this one's). Throws chorus::Error on timeout, naming the missing ranks.
+  // Connects to every peer (where connects_lazily(), each link is made at
+  // its first message instead); addresses[r] is rank r's blob
+  // (addresses[rank()] is this one's). Throws chorus::Error on timeout,
+  // naming the missing ranks.
   virtual void connect(std::span<const AddressBlob> addresses, Deadline deadline) = 0;
 
   // Rank `rank`'s address blob by `deadline` (from the store, say), or a
