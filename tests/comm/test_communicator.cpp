@@ -518,19 +518,26 @@ TEST(Bootstrap, ConnectThroughTheCallersKeyValueStore) {
     });
     unsetenv("CHORUS_SOCKET_CONNECT");
   }
-  // A rank that never comes: the others are told which, by the deadline.
-  MapStore store;
+  // A rank that never comes: the others are told which, by the deadline,
+  // whether every address is fetched or ranks meet at the arrival counter.
   Options options;
   options.transport = "tcp";
   options.timeout = 2s;
-  try {
-    Communicator::connect(0, 2, store.functions(), options);
-    ADD_FAILURE() << "connect() returned without rank 1";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::timeout) << e.what();
-    EXPECT_NE(std::string(e.what()).find("ranks 1 of 2 never arrived"), std::string::npos)
-        << e.what();
+  for (const char* links : {"eager", "lazy"}) {
+    SCOPED_TRACE(links);
+    setenv("CHORUS_SOCKET_CONNECT", links, 1);
+    MapStore alone;
+    try {
+      Communicator::connect(0, 2, alone.functions(), options);
+      ADD_FAILURE() << "connect() returned without rank 1";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::timeout) << e.what();
+      EXPECT_NE(std::string(e.what()).find("ranks 1 of 2 never arrived"), std::string::npos)
+          << e.what();
+    }
+    unsetenv("CHORUS_SOCKET_CONNECT");
   }
+  MapStore store;
   Communicator::KeyValueStore lacking = store.functions();
   lacking.has = nullptr;
   EXPECT_THROW(Communicator::connect(0, 2, lacking, options), Error);
