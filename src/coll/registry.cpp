@@ -291,45 +291,45 @@ constexpr AlgorithmRow kRows[] = {
 
     {31, K::allgatherv, "ring", "ring", "each block passed once around the ring", any_p, never,
      [](const Collective& c, const Operands& o) {
-       allgatherv(c, o.send, o.recv, o.recv_blocks, o.type);
+       allgatherv(c, o.send, o.recv, o.recv_blocks(), o.type);
      }},
 
     {32, K::reduce_scatter_v, "recursive_halving", "recursive_halving",
      "recursive halving: log2 p steps (p a power of two)", power_of_two,
      reduce_scatter_halving_preferred,
      [](const Collective& c, const Operands& o) {
-       reduce_scatter_halving(c, o.send, o.recv, o.recv_blocks.counts, o.type, o.op);
+       reduce_scatter_halving(c, o.send, o.recv, o.recv_blocks().counts, o.type, o.op);
      }},
     {33, K::reduce_scatter_v, "ring", "ring", "partial sums passed around the ring", any_p, never,
      [](const Collective& c, const Operands& o) {
-       reduce_scatter_ring(c, o.send, o.recv, o.recv_blocks.counts, o.type, o.op);
+       reduce_scatter_ring(c, o.send, o.recv, o.recv_blocks().counts, o.type, o.op);
      }},
 
     {34, K::alltoallv, "pairwise", "pairwise", "every pair exchanges once, all posted at once",
      any_p, never,
      [](const Collective& c, const Operands& o) {
-       alltoallv(c, o.send, o.send_blocks, o.recv, o.recv_blocks, o.type);
+       alltoallv(c, o.send, o.send_blocks(), o.recv, o.recv_blocks(), o.type);
      }},
 
     {35, K::gather, "shm", "shm", "the root reads every rank's slot of the host segment", any_p,
      small_blocks, shm_gather, nullptr, whole},
     {36, K::gather, "linear", "linear", "the root receives from every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
-       gatherv(c, o.send, o.count, o.recv, o.recv_blocks, o.type, o.root);
+       gatherv(c, o.send, o.count, o.recv, o.recv_blocks(), o.type, o.root);
      }},
     {37, K::gatherv, "linear", "linear", "the root receives from every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
-       gatherv(c, o.send, o.count, o.recv, o.recv_blocks, o.type, o.root);
+       gatherv(c, o.send, o.count, o.recv, o.recv_blocks(), o.type, o.root);
      }},
     {38, K::scatter, "shm", "shm", "every rank reads its block from the root's slot", any_p,
      small_blocks, shm_scatter, nullptr, every_block},
     {39, K::scatter, "linear", "linear", "the root sends to every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
-       scatterv(c, o.send, o.send_blocks, o.recv, o.count, o.type, o.root);
+       scatterv(c, o.send, o.send_blocks(), o.recv, o.count, o.type, o.root);
      }},
     {40, K::scatterv, "linear", "linear", "the root sends to every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
-       scatterv(c, o.send, o.send_blocks, o.recv, o.count, o.type, o.root);
+       scatterv(c, o.send, o.send_blocks(), o.recv, o.count, o.type, o.root);
      }},
 };
 
