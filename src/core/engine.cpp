@@ -337,11 +337,27 @@ core::Call Communicator::Impl::make_call(coll::CollectiveKind kind, const core::
                                      : options.algorithm != Algorithm::automatic
                                          ? to_string(options.algorithm)
                                          : std::string_view{};
-  const coll::AlgorithmChoice choice =
-      choose(kind, requested, coll::choice_bytes(kind, call.operands, transport->size()));
+  const std::size_t bytes = coll::choice_bytes(kind, call.operands, transport->size());
+  // The automatic choice is a function of the size alone (the selector and
+  // the segments are fixed at creation): the last one is remembered per
+  // collective, so that a loop of equal calls does not choose again.
+  const bool automatic = requested.empty() || requested == "auto";
+  const bool logging = log::enabled(log::Level::info);
+  auto& memo = last_automatic_choice[static_cast<std::size_t>(kind)];
+  if (automatic && !logging && bytes < kChoiceMemoBytesLimit) {
+    const std::uint64_t seen = memo.load(std::memory_order_relaxed);
+    if (seen != 0 && seen >> 8 == bytes) {
+      call.algorithm = &coll::registry()[seen & 0xFF];
+      call.signature.algorithm = call.algorithm->id;
+      return call;
+    }
+  }
+  const coll::AlgorithmChoice choice = choose(kind, requested, bytes);
   call.algorithm = choice.row;
   call.signature.algorithm = choice.row->id;
-  if (log::enabled(log::Level::info)) log_choice(call, choice);
+  if (automatic && bytes < kChoiceMemoBytesLimit)
+    memo.store(bytes << 8 | choice.row->id, std::memory_order_relaxed);
+  if (logging) log_choice(call, choice);
   return call;
 }
 
@@ -419,6 +435,59 @@ Counters Communicator::Impl::counters() const {
   return c;
 }
 
+[[noreturn]] void Communicator::Impl::fail_call(const core::Call& call, const std::exception& e) {
+  const auto* error = dynamic_cast<const Error*>(&e);
+  const ErrorCode code = error ? error->code() : ErrorCode::internal;
+  // Across hosts, which rank lives where: the error names peers by rank.
+  const std::string hosts =
+      topology->hosts() > 1 ? fmt::format(" [{}]", topology->describe()) : std::string();
+  Error failure(code, fmt::format("{} failed: {}{}", describe(call), e.what(), hosts));
+  {
+    std::lock_guard lock(error_mutex);
+    if (!first_error) first_error = failure;
+    poisoned.store(true);
+  }
+  log::warn("{}", failure.what());
+  if (host) host->announce_abort(failure.what());
+  if (own_host) own_host->announce_abort(failure.what());
+  transport->abort(failure.what());  // again is harmless; ends what a bare throw left
+  throw failure;
+}
+
+// Out of line: the checks' storage is set up only by the calls that need
+// it (a host segment's small call does not; zeroing it cost 10 ns a call).
+[[gnu::noinline]] void Communicator::Impl::run_checked(coll::Collective& c, const core::Call& call) {
+  // Declared outside the try: a posted receive must not outlive its
+  // buffer, and fail_call() aborts the transport before they go.
+  std::optional<coll::MessageCallCheck> message_check;
+  std::optional<coll::HostCallCheck> host_check;
+  coll::CallCheck* check = nullptr;
+  try {
+    // With a host segment the check goes through it; else by messages (but
+    // across hosts, hierarchical_shm carries it in its own exchange).
+    if (host) {
+      if (check_calls) check = &host_check.emplace(c, call.signature, coll::algorithm_name);
+      else coll::announce_call(c);
+    } else if (check_calls && call.algorithm->own_host_need == nullptr) {
+      check = &message_check.emplace(c, call.signature, coll::algorithm_name);
+    }
+    // Across hosts every call marks its slot in its host's segment (what
+    // lets a slot be reused, and shows a host's ranks what each called).
+    if (own_host && call.algorithm->own_host_need == nullptr) coll::announce_call(coll::on_own_host(c));
+    c.check = check;
+    call.algorithm->run(c, call.operands);
+    if (check) {
+      try {
+        check->finish(c.deadline);
+      } catch (const Error& e) {
+        c.fail(e);
+      }
+    }
+  } catch (const std::exception& e) {
+    fail_call(call, e);
+  }
+}
+
 void Communicator::Impl::run(const core::Call& call) {
   std::lock_guard run_lock(run_mutex);
   if (poisoned.load()) throw poisoned_error();
@@ -431,50 +500,15 @@ void Communicator::Impl::run(const core::Call& call) {
   coll::Collective c{*transport, call.sequence, deadline,  nullptr,
                      &abort_requested, &scratch,  host.get(), own_host.get(),
                      check_calls ? &call.signature : nullptr, &*topology};
-  // Declared outside the try: a posted receive must not outlive its
-  // buffer, and the transport is aborted in the catch before it goes.
-  // With a host segment the check goes through it (a shared-memory
-  // algorithm carries it in its own exchange); else by messages (but
-  // across hosts, hierarchical_shm carries it in its own exchange too).
-  std::optional<coll::MessageCallCheck> message_check;
-  std::optional<coll::HostCallCheck> host_check;
-  coll::CallCheck* check = nullptr;
-  try {
-    if (host && call.algorithm->host_slot_need == nullptr) {
-      if (check_calls) check = &host_check.emplace(c, call.signature, coll::algorithm_name);
-      else coll::announce_call(c);
-    } else if (!host && check_calls && call.algorithm->own_host_need == nullptr) {
-      check = &message_check.emplace(c, call.signature, coll::algorithm_name);
+  // A host segment's row carries the call check in its own exchange.
+  if (host && call.algorithm->host_slot_need != nullptr) {
+    try {
+      call.algorithm->run(c, call.operands);
+    } catch (const std::exception& e) {
+      fail_call(call, e);
     }
-    // Across hosts every call marks its slot in its host's segment (what
-    // lets a slot be reused, and shows a host's ranks what each called).
-    if (own_host && call.algorithm->own_host_need == nullptr) coll::announce_call(coll::on_own_host(c));
-    c.check = check;
-    call.algorithm->run(c, call.operands);
-    if (check) {
-      try {
-        check->finish(deadline);
-      } catch (const Error& e) {
-        c.fail(e);
-      }
-    }
-  } catch (const std::exception& e) {
-    const auto* error = dynamic_cast<const Error*>(&e);
-    const ErrorCode code = error ? error->code() : ErrorCode::internal;
-    // Across hosts, which rank lives where: the error names peers by rank.
-    const std::string hosts =
-        topology->hosts() > 1 ? fmt::format(" [{}]", topology->describe()) : std::string();
-    Error failure(code, fmt::format("{} failed: {}{}", describe(call), e.what(), hosts));
-    {
-      std::lock_guard lock(error_mutex);
-      if (!first_error) first_error = failure;
-      poisoned.store(true);
-    }
-    log::warn("{}", failure.what());
-    if (host) host->announce_abort(failure.what());
-    if (own_host) own_host->announce_abort(failure.what());
-    transport->abort(failure.what());  // again is harmless; ends what a bare throw left
-    throw failure;
+  } else {
+    run_checked(c, call);
   }
   const std::uint64_t end_ticks = call_clock.now();
   const std::uint64_t ticks = end_ticks > start_ticks ? end_ticks - start_ticks : 0;  // another core's counter may lag

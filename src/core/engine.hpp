@@ -99,6 +99,13 @@ struct Communicator::Impl {
  private:
   // Runs one call on the transport; throws (and poisons) on error.
   void run(const core::Call& call);
+  // The algorithm with the call check beside it (by messages or through
+  // the host segment), for the rows that do not carry it themselves.
+  void run_checked(coll::Collective& c, const core::Call& call);
+  // A call that threw `e`: poisons the communicator, tells the peers (the
+  // host segments' abort notices, the transport) and throws the error that
+  // names the call.
+  [[noreturn]] void fail_call(const core::Call& call, const std::exception& e);
   Error poisoned_error() const;  // "unusable after an earlier error: <the first>"
   void worker_loop();
   void start_worker();  // under queue_mutex
@@ -134,6 +141,11 @@ struct Communicator::Impl {
   AlgorithmNames communicator_choice;  // Options::algorithm(s)
   bool check_calls = true;        // CHORUS_CHECK: run the call check beside every call
   std::unique_ptr<coll::Selector> selector;
+  // The last automatic choice of each collective: its size in the upper 56
+  // bits, the chosen row's id in the low 8 (0: none yet). One word, so that
+  // threads making calls at once read a whole entry, never half of two.
+  static constexpr std::size_t kChoiceMemoBytesLimit = std::size_t{1} << 56;
+  std::array<std::atomic<std::uint64_t>, coll::kCollectiveKinds> last_automatic_choice{};
 
   // Order: sequence numbers are handed out under submit_mutex, in call
   // order; async calls queue for the worker thread; a blocking call waits

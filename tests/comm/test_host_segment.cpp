@@ -60,6 +60,32 @@ TEST(HostSegment, SmallCallsRunThroughItAndAreRightInPlaceAndNot) {
   }));
 }
 
+// The engine remembers its last automatic choice per collective (a loop of
+// equal calls does not choose again): a call of another size, or one that
+// names its algorithm, must still run what it would have run alone.
+TEST(HostSegment, TheRememberedChoiceServesOnlyCallsOfItsSize) {
+  expect_all_passed(testing::run_ranks(2, [](Communicator& comm) {
+    auto& engine = CommunicatorAccess::engine(comm);
+    const std::size_t large = engine.host->slot_bytes() / sizeof(float) + 1;  // beyond the slots
+    std::vector<float> small_in(2, 1.0f), small_out(2), large_in(large, 2.0f), large_out(large);
+    auto calls = [&](Algorithm a) { return comm.counters().by_algorithm[static_cast<int>(a)].calls; };
+    for (int round = 0; round < 3; ++round) {
+      comm.allreduce(small_in.data(), small_out.data(), 2, DataType::float32, ReduceOp::sum);
+      comm.allreduce(small_in.data(), small_out.data(), 2, DataType::float32, ReduceOp::sum);
+      comm.allreduce(small_in.data(), small_out.data(), 2, DataType::float32, ReduceOp::sum,
+                     {Algorithm::ring});
+      comm.allreduce(large_in.data(), large_out.data(), large, DataType::float32, ReduceOp::sum);
+      require(small_out == std::vector<float>(2, 2.0f) && large_out == std::vector<float>(large, 4.0f),
+              "sums");
+    }
+    require(calls(Algorithm::shared_memory) == 6, "the six automatic small calls ran in the segment, "
+            "got " + std::to_string(calls(Algorithm::shared_memory)));
+    require(comm.counters().total.calls - calls(Algorithm::shared_memory) == 6,
+            "the forced and the large calls ran elsewhere");
+    require(calls(Algorithm::ring) >= 3, "the forced calls ran the ring");
+  }));
+}
+
 TEST(HostSegment, EveryCollectiveFitsItsSlotsAndChoosesShm) {
   expect_all_passed(testing::run_ranks(2, [](Communicator& comm) {
     auto& engine = CommunicatorAccess::engine(comm);
