@@ -57,15 +57,45 @@ const shm::SlotHeader& wait_for_slot(const Collective& c, int rank) {
   return header;
 }
 
-// This rank's slot for the call, once it may be written (the signature is
-// written now; the data is the caller's to copy before publishing).
-std::byte* begin_slot(const Collective& c) {
+// Compares this rank's signature of each call after its retired one with
+// its successor's, as far as the successor has begun them, and moves
+// retired on (shm/segment.hpp). Every pair of neighbours agreeing means
+// every rank agrees: the calls whose algorithm reads no peer's slot (a
+// broadcast's root, a reduce's other ranks) are checked so, up to
+// kRingDepth calls late. A mismatch names both calls, as the other checks do.
+void retire_compared_calls(const Collective& c) {
   shm::Segment& host = *c.host;
-  host.wait_until_writable(c.sequence, c.deadline, abort_poll(c));
+  const int p = host.size(), me = host.rank(), next = (me + 1) % p;
+  const std::uint64_t last = c.sequence - 1;  // every read of it is done
+  std::uint64_t done = host.retired();
+  while (done < last && (p == 1 || host.has_begun(next, done + 1))) {
+    ++done;
+    // Neither entry can hold a later call yet: that waits for this rank's retired.
+    const CallSignature mine = signature_in(host.header(me, done));
+    const CallSignature theirs = signature_in(host.header(next, done));
+    if (mine != theirs) {
+      auto seen = SignatureExtremes::of(mine, host.comm_rank(me));
+      seen.add(theirs, host.comm_rank(next));
+      throw mismatch_error(done, seen, algorithm_name);
+    }
+  }
+  if (done != host.retired()) host.retire(done);
+}
+
+// This rank's slot for the call, once it may be written, for `need` bytes
+// (the signature is written now; the data is the caller's to copy before
+// publishing).
+std::byte* begin_slot(const Collective& c, std::size_t need) {
+  shm::Segment& host = *c.host;
+  // Compared in batches: a successor's entries cost a cache miss each when
+  // this rank did not read them in the call.
+  if (host.retired() + shm::kRingDepth / 2 < c.sequence) retire_compared_calls(c);
+  host.wait_until_writable(c.sequence, need, c.deadline, abort_poll(c),
+                           [&] { retire_compared_calls(c); });
   shm::SlotHeader& mine = host.header(host.rank(), c.sequence);
   if (c.signature != nullptr) std::memcpy(mine.signature, c.signature, sizeof(CallSignature));
   else std::memset(mine.signature, 0, sizeof mine.signature);
-  return host.data(host.rank(), c.sequence);
+  return host.claim(c.sequence, need);
 }
 
 // Reads every rank's signature (waiting for those not there yet) and
@@ -96,7 +126,7 @@ const std::byte* wait_for_data(const Collective& c, int rank, std::size_t bytes)
 
 // Copies `bytes` from `source` into this rank's slot and publishes it.
 void contribute(const Collective& c, const void* source, std::size_t bytes) {
-  std::byte* slot = begin_slot(c);
+  std::byte* slot = begin_slot(c, bytes);
   copy_bytes(slot, source, bytes);
   c.host->publish(c.sequence, bytes);
 }
@@ -134,7 +164,7 @@ HostCallCheck::HostCallCheck(const Collective& collective, const CallSignature& 
     : collective_(collective), name_algorithm_(name_algorithm),
       extremes_(SignatureExtremes::of(mine, collective.host->rank())) {
   shm::Segment& host = *collective.host;
-  begin_slot(collective);
+  begin_slot(collective, 0);
   std::memcpy(host.header(host.rank(), collective.sequence).signature, &mine, sizeof mine);
   host.publish(collective.sequence, 0);
 }
@@ -181,7 +211,8 @@ void shm_two_shot_allreduce(const Collective& c, const Operands& o) {
   shm::Segment& host = *c.host;
   const int p = host.size(), r = host.rank();
   const std::size_t esize = size_of(o.type), bytes = o.count * esize;
-  contribute(c, o.send, bytes);
+  copy_bytes(begin_slot(c, shm_two_shot_need(bytes, p)), o.send, bytes);  // the reduced chunk follows
+  host.publish(c.sequence, bytes);
   const NearEqualChunks chunks{o.count, static_cast<std::size_t>(p)};
   const auto first = [&](int q) { return chunks.offset(static_cast<std::size_t>(q)) * esize; };
   const auto length = [&](int q) { return chunks.size(static_cast<std::size_t>(q)); };
@@ -210,15 +241,18 @@ void shm_reduce(const Collective& c, const Operands& o) {
     contribute(c, own_from_input ? nullptr : o.send, own_from_input ? 0 : bytes);
     reduce_slots(c, o.recv, 0, o.count, bytes, o.type, o.op, own_from_input ? o.send : nullptr);
   }
-  check_every_signature(c);
+  // The root compared every rank's signature as it read its slot; the
+  // others return at once (their calls are compared up to kRingDepth calls
+  // later, retire_compared_calls()).
 }
 
 void shm_broadcast(const Collective& c, const Operands& o) {
   const std::size_t bytes = bytes_of(o.count, o.type);
   const bool root = c.host->rank() == o.root;
   contribute(c, o.recv, root ? bytes : 0);
+  // The others compare the root's signature as they read its slot; the
+  // root returns at once (retire_compared_calls() compares it later).
   if (!root) copy_bytes(o.recv, wait_for_data(c, o.root, bytes), bytes);
-  check_every_signature(c);
 }
 
 void shm_allgather(const Collective& c, const Operands& o) {
@@ -255,7 +289,7 @@ void shm_gather(const Collective& c, const Operands& o) {
     for (int q = 0; q < c.host->size(); ++q)
       copy_bytes(out + static_cast<std::size_t>(q) * block, wait_for_data(c, q, block), block);
   }
-  check_every_signature(c);
+  // As a reduce's: the root compared every signature, the others do later.
 }
 
 void shm_scatter(const Collective& c, const Operands& o) {
@@ -265,7 +299,7 @@ void shm_scatter(const Collective& c, const Operands& o) {
   contribute(c, o.send, root ? total : 0);
   const std::byte* from = wait_for_data(c, o.root, total);
   copy_bytes(o.recv, from + block * static_cast<std::size_t>(c.host->rank()), block);
-  check_every_signature(c);
+  // As a broadcast's: the others compared the root's signature, the root does later.
 }
 
 void shm_barrier(const Collective& c, const Operands&) {
@@ -299,7 +333,7 @@ void shm_hierarchical_allreduce(const Collective& c_all, const Operands& o) {
   const Topology& topology = *c.topology;
   const std::size_t bytes = bytes_of(o.count, o.type);
   const int me = c.transport.rank();
-  std::byte* slot = begin_slot(c);
+  std::byte* slot = begin_slot(c, shm_hierarchical_need(bytes, host.size()));
   if (host.rank() != 0) {  // not the leader: its input in the slot, the result from the leader's
     copy_bytes(slot, o.send, bytes);
     host.publish(c.sequence, bytes);

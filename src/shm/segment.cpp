@@ -26,7 +26,7 @@ namespace chorus::shm {
 namespace {
 
 constexpr std::uint64_t kMagic = 0x43484f5255534831ull;  // "CHORUSH1"
-constexpr std::uint32_t kVersion = 1;
+constexpr std::uint32_t kVersion = 2;  // 2: ring entries and retired words
 constexpr std::size_t kLine = 64;
 constexpr std::string_view kPrefix = "chorus.";
 
@@ -62,8 +62,18 @@ static_assert(std::atomic<std::uint32_t>::is_always_lock_free &&
 
 constexpr std::size_t kRecordsOffset = sizeof(Control) + sizeof(Wake) + sizeof(AbortNotice);
 
-std::size_t slot_stride(std::size_t slot_bytes) { return round_up(sizeof(SlotHeader) + slot_bytes); }
-std::size_t slots_offset(int size) { return kRecordsOffset + static_cast<std::size_t>(size) * kLine; }
+struct RetiredWord {
+  std::atomic<std::uint64_t> call;  // see Segment::retired()
+  std::byte pad[kLine - 8];
+};
+static_assert(sizeof(RetiredWord) == kLine && kEntryBytes % kLine == 0);
+
+std::size_t slot_stride(std::size_t slot_bytes) { return round_up(slot_bytes); }
+std::size_t retired_offset(int size) { return kRecordsOffset + static_cast<std::size_t>(size) * kLine; }
+std::size_t ring_offset(int size) { return retired_offset(size) + static_cast<std::size_t>(size) * kLine; }
+std::size_t slots_offset(int size) {
+  return ring_offset(size) + static_cast<std::size_t>(size) * kRingStride;
+}
 
 // State (field 3) and start time (field 22) of a process; false when it is gone.
 bool read_process(int pid, char& state, std::uint64_t& start_time) {
@@ -248,7 +258,8 @@ std::unique_ptr<Segment> Segment::attach(int rank, int size, std::size_t slot_by
 Segment::Segment(int rank, int size, std::size_t slot_bytes, std::string name, void* base,
                  std::size_t length, std::vector<int> members)
     : rank_(rank), size_(size), slot_bytes_(slot_bytes), name_(std::move(name)), base_(base),
-      length_(length), slots_(static_cast<std::byte*>(base) + slots_offset(size)),
+      length_(length), ring_(static_cast<std::byte*>(base) + ring_offset(size)),
+      slots_(static_cast<std::byte*>(base) + slots_offset(size)),
       slot_stride_(slot_stride(slot_bytes)),
       // A segment of one host's ranks within a larger communicator yields
       // too: its leader drives the transport meanwhile, and other "hosts"
@@ -257,7 +268,16 @@ Segment::Segment(int rank, int size, std::size_t slot_bytes, std::string name, v
 
 Segment::~Segment() { ::munmap(base_, length_); }
 
-std::string Segment::describe_writable_wait(int behind, std::uint64_t sequence) const {
+std::atomic<std::uint64_t>& Segment::retired_word(int rank) const noexcept {
+  return reinterpret_cast<RetiredWord*>(static_cast<std::byte*>(base_) + retired_offset(size_))[rank].call;
+}
+
+std::string Segment::describe_writable_wait(int behind, std::uint64_t sequence, bool ring_full) const {
+  if (ring_full)
+    return fmt::format("rank {} to finish with call #{} (before rank {}'s call #{} may reuse its "
+                       "shared-memory ring entry; it compares its successor's call {} calls late)",
+                       comm_rank(behind), sequence - kRingDepth, comm_rank(rank_), sequence,
+                       kRingDepth);
   return fmt::format("rank {} to begin call #{} (before rank {}'s call #{} may reuse its "
                      "shared-memory slot)",
                      comm_rank(behind), sequence - 1, comm_rank(rank_), sequence);
@@ -265,7 +285,7 @@ std::string Segment::describe_writable_wait(int behind, std::uint64_t sequence) 
 
 void Segment::publish(std::uint64_t sequence, std::uint64_t bytes) {
   SlotHeader& mine = header(rank_, sequence);
-  mine.bytes = bytes;
+  mine.bytes = static_cast<std::uint32_t>(bytes);  // at most a slot: 1 GiB
   // The store and the load below are both seq_cst, as are a sleeper's
   // increment and its re-check of the slot (wait_slowly): either this load
   // sees the sleeper, or the sleeper's re-check sees the slot. So a publish

@@ -3,13 +3,23 @@
 // (coll/shared_memory.hpp) and for the call check of every call.
 //
 // Layout: a header, a wake word, an abort notice, one record per rank (its
-// pid, for liveness) and two slots per rank. A slot is a 48-byte header
-// (the call's sequence number, the call's signature, the bytes that follow)
-// followed by up to slot_bytes() of data. Call s writes only its own rank's
-// slot s % 2 (single writer, any readers), and only once every rank has
-// begun call s - 1, which each does only after it finished reading call s - 2,
-// the last user of that slot: so no slot is overwritten while it is read,
-// with no reference counts and no allocation on the way.
+// pid, for liveness), one "retired" word per rank, a ring of kRingDepth
+// entries per rank, and two large slots per rank. Call s writes only its
+// own rank's entry s % kRingDepth (single writer, any readers): a 48-byte
+// header (the call's sequence number and signature, the bytes written)
+// followed by up to kEntryDataBytes of data, or, for more, its large slot
+// s % 2 (up to slot_bytes()).
+//
+// Reuse without reference counts or allocation: a rank reads what a call
+// wrote within that call, except one thing: every rank compares its
+// successor's signature with its own up to kRingDepth calls late (the call
+// check of the calls that read no peer's slot: a broadcast's root, a
+// reduce's other ranks), and says how far it has compared in its retired
+// word. So an entry is rewritten only once every rank has retired the call
+// it holds, and a large slot (parity) only once every rank has begun the
+// call before, which each does only after it finished reading the one
+// before that. A rooted call's writer thus runs up to kRingDepth calls
+// ahead of its readers, as MPI's eager messages let it.
 //
 // Waiting: a waiter polls for spin_before_sleep(), yielding when the host
 // has more ranks than cores, then sleeps on a futex in the segment that
@@ -53,18 +63,44 @@ inline void cpu_relax() noexcept {
 #endif
 }
 
-// A slot begins on a cache line with this header; its data follows at once,
-// so that a small call's data (up to 16 bytes) shares the header's line:
-// one cache line moves between cores per rank and call.
+// Asks for a cache line ahead of its use, for writing (taken from the
+// readers that hold it) or for reading (fetched from the writer that has
+// it): the transfer overlaps the caller's work instead of stalling a
+// later store or load. A hint only; nothing on other architectures.
+inline void prefetch_for_write(const void* line) noexcept {
+#if defined(__x86_64__)
+  // PREFETCHW (0F 0D /1): on CPUs without it, a no-op of the same encoding.
+  asm volatile("prefetchw %0" : : "m"(*static_cast<const char*>(line)));
+#endif
+}
+inline void prefetch_for_read(const void* line) noexcept { __builtin_prefetch(line, 0, 3); }
+
+// A ring entry begins on a cache line with this header; small data follows
+// at once, so that a small call's data (up to 16 bytes) shares the header's
+// line: one cache line moves between cores per rank and call.
 struct SlotHeader {
-  std::atomic<std::uint64_t> sequence{0};  // the call this slot holds; 0: none yet
-  std::uint64_t bytes = 0;                 // data bytes that follow
+  std::atomic<std::uint64_t> sequence{0};  // the call this entry holds; 0: none yet
+  std::uint32_t bytes = 0;                 // data bytes written (at most 1 GiB)
+  std::uint32_t in_entry = 0;              // 1: the data follows in this entry; 0: in the large slot
   std::byte signature[24] = {};            // the call's coll::CallSignature
   // A second step's mark (two-shot AllReduce: this rank's reduced chunk is
   // written), with the same call number; the same rules as `sequence`.
   std::atomic<std::uint64_t> second{0};
 };
 static_assert(sizeof(SlotHeader) == 48);
+
+// The calls a rank's ring holds: how far a rooted call's writer may run
+// ahead of its readers, and how late a signature may be compared.
+inline constexpr std::uint64_t kRingDepth = 64;
+// The bytes of a ring entry, and of data that goes in it (after the header)
+// rather than in the large slot.
+inline constexpr std::size_t kEntryBytes = 256;
+inline constexpr std::size_t kEntryDataBytes = kEntryBytes - sizeof(SlotHeader);
+// From one rank's ring to the next: a cache line more than the entries, so
+// that two ranks' entries of one call differ in their low 12 address bits
+// (a load from a peer's entry that matched this rank's last store there
+// would wait on it as if they were one address: "4K aliasing").
+inline constexpr std::size_t kRingStride = kRingDepth * kEntryBytes + 64;
 
 // A fixed-size all-gather of `bytes` from every rank into `out` (rank order),
 // over whatever the communicator already has (its transport).
@@ -97,30 +133,67 @@ class Segment {
   }
 
   SlotHeader& header(int rank, std::uint64_t sequence) const noexcept {
-    const std::size_t index = static_cast<std::size_t>(rank) * 2 + (sequence & 1);
-    return *reinterpret_cast<SlotHeader*>(slots_ + index * slot_stride_);
+    return *reinterpret_cast<SlotHeader*>(ring_ + static_cast<std::size_t>(rank) * kRingStride +
+                                          sequence % kRingDepth * kEntryBytes);
   }
+  // Where `rank` wrote (or, for this rank after claim(), writes) the data of
+  // call `sequence`: its entry or its large slot, as the header says.
   std::byte* data(int rank, std::uint64_t sequence) const noexcept {
-    return reinterpret_cast<std::byte*>(&header(rank, sequence)) + sizeof(SlotHeader);
+    SlotHeader& h = header(rank, sequence);
+    if (h.in_entry != 0) return reinterpret_cast<std::byte*>(&h) + sizeof(SlotHeader);
+    const std::size_t index = static_cast<std::size_t>(rank) * 2 + (sequence & 1);
+    return slots_ + index * slot_stride_;
   }
-  // Whether `rank` has begun call `sequence` (its slot for it says so; the
-  // slot holds that call or the one two before, never a later one).
+  // Whether `rank` has begun call `sequence` (its entry for it says so; the
+  // entry holds that call or an earlier one, never a later one).
   bool has_begun(int rank, std::uint64_t sequence) const noexcept {
     return header(rank, sequence).sequence.load(std::memory_order_acquire) >= sequence;
   }
 
-  // Before writing this rank's slot for call `sequence`: waits until every
-  // rank has begun call sequence - 1 (nearly always at once).
-  template <class Poll>
-  void wait_until_writable(std::uint64_t sequence, transport::Deadline deadline, Poll&& poll) {
+  // Before writing this rank's entry for call `sequence`, with `need` bytes
+  // of data: waits until every rank has retired call sequence - kRingDepth
+  // (the entry's last) and, for data beyond the entry, has begun call
+  // sequence - 1 (the large slot's last user was sequence - 2). `retire`
+  // runs while it waits: it must move this rank's own retired() on where
+  // it can (the calls its successor has begun since). Nearly always returns
+  // at once.
+  template <class Poll, class Retire>
+  void wait_until_writable(std::uint64_t sequence, std::size_t need, transport::Deadline deadline,
+                           Poll&& poll, Retire&& retire) {
     int behind = 0;
-    auto everyone_began_previous = [&] {
-      for (; behind < size_; ++behind)
-        if (behind != rank_ && !has_begun(behind, sequence - 1)) return false;
+    bool ring_full = false;
+    auto everyone_is_done = [&] {
+      if (sequence > kRingDepth && retired_floor_ < sequence - kRingDepth) {
+        retire();
+        std::uint64_t floor = UINT64_MAX;
+        for (int q = 0; q < size_; ++q) {
+          const std::uint64_t r = retired_word(q).load(std::memory_order_acquire);
+          if (r < floor) floor = r, behind = q;
+        }
+        retired_floor_ = floor;
+        ring_full = floor < sequence - kRingDepth;
+        if (ring_full) return false;
+      }
+      if (need > kEntryDataBytes)
+        for (behind = 0; behind < size_; ++behind)
+          if (behind != rank_ && !has_begun(behind, sequence - 1)) return false;
       return true;
     };
-    wait(everyone_began_previous, deadline, poll,
-         [&] { return describe_writable_wait(behind, sequence); });
+    wait(everyone_is_done, deadline, poll,
+         [&] { return describe_writable_wait(behind, sequence, ring_full); });
+  }
+  // After wait_until_writable(): where this rank writes the call's `need`
+  // bytes (the entry or the large slot; the header says which).
+  std::byte* claim(std::uint64_t sequence, std::size_t need) noexcept {
+    header(rank_, sequence).in_entry = need <= kEntryDataBytes ? 1 : 0;
+    return data(rank_, sequence);
+  }
+  // The last call up to which this rank compared its successor's signature
+  // (and is done with every rank's entries): retire() moves it on.
+  std::uint64_t retired() const noexcept { return retired_; }
+  void retire(std::uint64_t sequence) noexcept {
+    retired_ = sequence;
+    retired_word(rank_).store(sequence, std::memory_order_release);
   }
   // Makes this rank's slot for `sequence` visible (signature and data
   // written before) and wakes sleepers.
@@ -163,7 +236,8 @@ class Segment {
   void wait_slowly(const std::function<bool()>& ready, transport::Deadline deadline,
                    const std::function<void()>& poll, const std::function<std::string()>& what);
   void check_alive() const;
-  std::string describe_writable_wait(int behind, std::uint64_t sequence) const;
+  std::string describe_writable_wait(int behind, std::uint64_t sequence, bool ring_full) const;
+  std::atomic<std::uint64_t>& retired_word(int rank) const noexcept;
 
   static constexpr int kFastSpins = 64;
   const int rank_, size_;
@@ -171,8 +245,11 @@ class Segment {
   const std::string name_;
   void* const base_;
   const std::size_t length_;
-  std::byte* const slots_;          // rank 0's first slot
-  const std::size_t slot_stride_;  // from one slot to the next
+  std::byte* const ring_;           // rank 0's first ring entry
+  std::byte* const slots_;          // rank 0's first large slot
+  const std::size_t slot_stride_;  // from one large slot to the next
+  std::uint64_t retired_ = 0;       // this rank's retired word, as last written
+  std::uint64_t retired_floor_ = 0;  // the least retired word of any rank, as last read
   bool oversubscribed_ = false;  // more ranks on the host than cores for them (or see the constructor)
   const std::vector<int> members_;  // see attach()
 };

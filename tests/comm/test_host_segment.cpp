@@ -19,6 +19,7 @@
 #include <fstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace chorus {
@@ -141,6 +142,51 @@ TEST(HostSegment, RanksCallingDifferentlyFailNamingBothCalls) {
       }
     }
   }
+}
+
+// A call that reads no peer's slot (a broadcast's root, a reduce's other
+// ranks) returns at once; its signature is compared with the next rank's
+// up to kRingDepth calls later. Here every rank is such a writer (rank 0
+// roots a broadcast, rank 1 sends to a reduce's root 0), so neither call
+// fails at once: a later call must, naming both, and no rank may hang.
+TEST(HostSegment, CallsThatReadNoPeerAreComparedLaterAndStillFailNamingBoth) {
+  Options options;
+  options.timeout = std::chrono::seconds(20);
+  const auto outcomes = testing::run_ranks(2, [&](Communicator& comm) {
+    std::vector<float> v(4, 1.0f), sum(4);
+    if (comm.rank() == 0) comm.broadcast(v.data(), 4, DataType::float32, 0);
+    else comm.reduce(v.data(), nullptr, 4, DataType::float32, ReduceOp::sum, 0);
+    for (std::uint64_t i = 0; i < 2 * shm::kRingDepth; ++i)
+      comm.allreduce(v.data(), sum.data(), 4, DataType::float32, ReduceOp::sum);
+  }, options);
+  bool named = false;
+  for (const auto& o : outcomes) {
+    EXPECT_TRUE(o.failed);
+    // The rank that compared names both calls; the other may instead learn
+    // that it failed (its abort notice), whichever it sees first.
+    EXPECT_TRUE(o.code == ErrorCode::mismatched_collective || o.code == ErrorCode::peer_failure)
+        << o.message;
+    named = named || (o.message.find("call #1") != std::string::npos &&
+                      o.message.find("called broadcast(count=4, float32, root=0") != std::string::npos &&
+                      o.message.find("called reduce(count=4, float32, sum, root=0") != std::string::npos);
+  }
+  EXPECT_TRUE(named) << outcomes[0].message << "\n" << outcomes[1].message;
+}
+
+// A rooted call's writer runs ahead of its readers by up to kRingDepth
+// calls, no further: right results however far behind the readers are.
+TEST(HostSegment, ARootRunsAheadOfSlowReadersAndEveryCallArrives) {
+  expect_all_passed(testing::run_ranks(3, [](Communicator& comm) {
+    for (int call = 0; call < 5 * static_cast<int>(shm::kRingDepth); ++call) {
+      if (comm.rank() == 2 && call % 16 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      int value = comm.rank() == 0 ? call : -1;
+      comm.broadcast(&value, 1, DataType::int32, 0);
+      require(value == call, "broadcast " + std::to_string(call) + " gave " + std::to_string(value));
+      int total = 0, mine = call + comm.rank();
+      comm.reduce(&mine, &total, 1, DataType::int32, ReduceOp::sum, 1);
+      if (comm.rank() == 1) require(total == 3 * call + 3, "reduce " + std::to_string(call));
+    }
+  }));
 }
 
 TEST(HostSegment, AWaitOnASlotEndsOnAbortAndAtTheDeadline) {
