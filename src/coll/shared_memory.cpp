@@ -124,6 +124,19 @@ const std::byte* wait_for_data(const Collective& c, int rank, std::size_t bytes)
   return c.host->data(rank, c.sequence);
 }
 
+// A rooted call's writers (`rank`, or every rank but this one) run ahead
+// of their readers: their entries of the calls after this one are likely
+// written already, and fetching them now overlaps this call. (Not for the
+// calls where every rank waits for every other: there the fetch would
+// only take a line its writer is about to write.)
+void fetch_ahead(const Collective& c, int rank) {
+  shm::prefetch_for_read(&c.host->header(rank, c.sequence + 2));
+}
+void fetch_ahead_from_all(const Collective& c) {
+  for (int q = 0; q < c.host->size(); ++q)
+    if (q != c.host->rank()) fetch_ahead(c, q);
+}
+
 // Copies `bytes` from `source` into this rank's slot and publishes it.
 void contribute(const Collective& c, const void* source, std::size_t bytes) {
   std::byte* slot = begin_slot(c, bytes);
@@ -237,6 +250,7 @@ void shm_reduce(const Collective& c, const Operands& o) {
     // instead of copying it into its slot first (one copy of the buffer
     // less on the root, which every other rank waits for), unless in place
     // on a rank above 1, where recv is written before the root's turn.
+    fetch_ahead_from_all(c);
     const bool own_from_input = o.send != o.recv || o.root < 2;
     contribute(c, own_from_input ? nullptr : o.send, own_from_input ? 0 : bytes);
     reduce_slots(c, o.recv, 0, o.count, bytes, o.type, o.op, own_from_input ? o.send : nullptr);
@@ -252,7 +266,10 @@ void shm_broadcast(const Collective& c, const Operands& o) {
   contribute(c, o.recv, root ? bytes : 0);
   // The others compare the root's signature as they read its slot; the
   // root returns at once (retire_compared_calls() compares it later).
-  if (!root) copy_bytes(o.recv, wait_for_data(c, o.root, bytes), bytes);
+  if (!root) {
+    fetch_ahead(c, o.root);
+    copy_bytes(o.recv, wait_for_data(c, o.root, bytes), bytes);
+  }
 }
 
 void shm_allgather(const Collective& c, const Operands& o) {
@@ -285,6 +302,7 @@ void shm_gather(const Collective& c, const Operands& o) {
   const std::size_t block = bytes_of(o.count, o.type);
   contribute(c, o.send, block);
   if (c.host->rank() == o.root) {
+    fetch_ahead_from_all(c);
     auto* out = static_cast<std::byte*>(o.recv);
     for (int q = 0; q < c.host->size(); ++q)
       copy_bytes(out + static_cast<std::size_t>(q) * block, wait_for_data(c, q, block), block);
@@ -297,6 +315,7 @@ void shm_scatter(const Collective& c, const Operands& o) {
   const std::size_t total = block * static_cast<std::size_t>(c.host->size());
   const bool root = c.host->rank() == o.root;
   contribute(c, o.send, root ? total : 0);
+  if (!root) fetch_ahead(c, o.root);
   const std::byte* from = wait_for_data(c, o.root, total);
   copy_bytes(o.recv, from + block * static_cast<std::size_t>(c.host->rank()), block);
   // As a broadcast's: the others compared the root's signature, the root does later.

@@ -292,6 +292,10 @@ void Segment::publish(std::uint64_t sequence, std::uint64_t bytes) {
   // writes nothing shared but its own slot unless someone sleeps.
   mine.sequence.store(sequence, std::memory_order_seq_cst);
   if (Layout::wake(base_).sleepers.load(std::memory_order_seq_cst) != 0) wake_all();
+  // The next call's entry was last read a ring ago: taken back now, its
+  // transfer overlaps the caller's work instead of stalling the next
+  // call's fenced store above.
+  prefetch_for_write(&header(rank_, sequence + 1));
 }
 
 void Segment::publish_second(std::uint64_t sequence) {
