@@ -53,9 +53,16 @@ struct Operands {
   DataType type = DataType::float32;
   ReduceOp op = ReduceOp::sum;
   int root = -1;
-  std::shared_ptr<const VFormLayouts> layouts;  // null but for the v-forms
-  const BlockLayout& send_blocks() const { return layouts->send_blocks; }
-  const BlockLayout& recv_blocks() const { return layouts->recv_blocks; }
+  std::shared_ptr<const VFormLayouts> layouts;  // null but for the v-forms (at their root)
+  // Empty where `layouts` is null (a gather's or scatter's other ranks).
+  const BlockLayout& send_blocks() const { return (layouts ? *layouts : no_layouts()).send_blocks; }
+  const BlockLayout& recv_blocks() const { return (layouts ? *layouts : no_layouts()).recv_blocks; }
+
+ private:
+  static const VFormLayouts& no_layouts() {
+    static const VFormLayouts none;
+    return none;
+  }
 };
 
 using AlgorithmId = std::uint8_t;
