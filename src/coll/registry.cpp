@@ -59,14 +59,11 @@ bool shm_one_shot_preferred(std::size_t bytes, int p) {
 // (docs/performance.md); from 3 ranks two-shot wins up to its slots.
 bool shm_two_shot_preferred(std::size_t bytes, int p) { return p > 2 || bytes <= 256 * 1024; }
 
-// Broadcast: the segment costs the root's copy in and every reader's copy
-// out, a tree over cross-memory attach one copy per edge; the segment wins
-// while both copies stay in cache (measured, allreduce_perf -A all, float:
-// p = 2 shm 19 us against tree 36 at 512 KiB, 160 against 85 at 1 MiB;
-// p = 4 216 against 297 at 1 MiB, 411 against 343 at 2 MiB).
-bool shm_broadcast_preferred(std::size_t bytes, int p) {
-  return bytes <= (p <= 2 ? 512 * 1024 : 1024 * 1024);
-}
+// Broadcast through the segment wherever it fits: the root streams its copy
+// in while the readers copy out, and it returns at once, so at every size
+// it beat the trees over cross-memory attach (allreduce_perf -A all, float:
+// p = 2 44 us against binomial_tree's 101 at 1 MiB, 166 against 375 at 4
+// MiB; p = 4 98 against 423 at 1 MiB, 175 against 417 at 2 MiB).
 // Reduce-scatter of `bytes` in all: at p = 2 the ring (one cross-memory copy
 // of half the input each way) wins from 1 MiB (59-67 us against 113-120);
 // from 3 ranks the segment wins up to its slots (p = 4, 1 MiB: 277 against
@@ -193,7 +190,7 @@ constexpr AlgorithmRow kRows[] = {
      shm_hierarchical_need},
 
     {10, K::broadcast, "shm", "shm", "the root's buffer through its slot of the host segment",
-     any_p, shm_broadcast_preferred, shm_broadcast, nullptr, whole},
+     any_p, always, shm_broadcast, nullptr, whole},
     {11, K::broadcast, "chain", "chain", "segments passed along the ring from the root", any_p,
      broadcast_chain_preferred,
      [](const Collective& c, const Operands& o) {

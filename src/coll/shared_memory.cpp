@@ -115,12 +115,12 @@ void check_every_signature(const Collective& c) {
 const std::byte* wait_for_data(const Collective& c, int rank, std::size_t bytes) {
   const shm::SlotHeader& header = wait_for_slot(c, rank);
   if (c.signature != nullptr && signature_in(header) != *c.signature) check_every_signature(c);
-  if (header.bytes != bytes)
+  if (header.bytes() != bytes)
     throw Error(ErrorCode::mismatched_collective,
                 fmt::format("rank {}: rank {} wrote {} bytes into its shared-memory slot for call "
                             "#{}, this rank expected {} (the ranks made different calls)",
                             c.host->comm_rank(c.host->rank()), c.host->comm_rank(rank),
-                            header.bytes, c.sequence, bytes));
+                            header.bytes(), c.sequence, bytes));
   return c.host->data(rank, c.sequence);
 }
 
@@ -137,11 +137,39 @@ void fetch_ahead_from_all(const Collective& c) {
     if (q != c.host->rank()) fetch_ahead(c, q);
 }
 
+// Large data streams: its writer publishes the slot first, then the data
+// chunk by chunk (Segment::stream()), and a reader that works on each chunk
+// as it lands (a broadcast's others, a reduce's root) overlaps the writer's
+// copy in. At p = 2, 1 MiB, the copy in and the reduce one after the other
+// took 164 us (Open MPI 120).
+constexpr std::size_t kStreamChunkBytes = 64 << 10;
+bool streams(std::size_t bytes) { return bytes > kStreamChunkBytes; }
+
+void wait_streamed(const Collective& c, int rank, std::size_t bytes) {
+  c.host->wait_streamed(rank, c.sequence, bytes, c.deadline, abort_poll(c), [&] {
+    return fmt::format("rank {} to write {} bytes of call #{} into its shared-memory slot",
+                       c.host->comm_rank(rank), bytes, c.sequence);
+  });
+}
+
 // Copies `bytes` from `source` into this rank's slot and publishes it.
 void contribute(const Collective& c, const void* source, std::size_t bytes) {
   std::byte* slot = begin_slot(c, bytes);
   copy_bytes(slot, source, bytes);
   c.host->publish(c.sequence, bytes);
+}
+
+// The same, streaming large data: for the writers whose readers wait for
+// each chunk (wait_streamed()).
+void contribute_streaming(const Collective& c, const void* source, std::size_t bytes) {
+  if (!streams(bytes)) return contribute(c, source, bytes);
+  std::byte* slot = begin_slot(c, bytes);
+  c.host->publish(c.sequence, bytes);
+  for (std::size_t at = 0; at < bytes; at += kStreamChunkBytes) {
+    const std::size_t n = std::min(kStreamChunkBytes, bytes - at);
+    std::memcpy(slot + at, static_cast<const std::byte*>(source) + at, n);
+    c.host->stream(c.sequence, at + n);
+  }
 }
 
 std::size_t bytes_of(std::size_t count, DataType type) { return count * size_of(type); }
@@ -244,7 +272,7 @@ void shm_two_shot_allreduce(const Collective& c, const Operands& o) {
 void shm_reduce(const Collective& c, const Operands& o) {
   const std::size_t bytes = bytes_of(o.count, o.type);
   if (c.host->rank() != o.root) {
-    contribute(c, o.send, bytes);
+    contribute_streaming(c, o.send, bytes);
   } else {
     // Nobody else reads the root's input: it reduces it from where it is
     // instead of copying it into its slot first (one copy of the buffer
@@ -252,8 +280,21 @@ void shm_reduce(const Collective& c, const Operands& o) {
     // on a rank above 1, where recv is written before the root's turn.
     fetch_ahead_from_all(c);
     const bool own_from_input = o.send != o.recv || o.root < 2;
+    const void* own = own_from_input ? o.send : nullptr;
     contribute(c, own_from_input ? nullptr : o.send, own_from_input ? 0 : bytes);
-    reduce_slots(c, o.recv, 0, o.count, bytes, o.type, o.op, own_from_input ? o.send : nullptr);
+    // Chunk by chunk as the others stream them in (one chunk when they do
+    // not), once every slot says it holds this call (the signatures and
+    // sizes compared: a rank that made another call streams nothing).
+    for (int q = 0; q < c.host->size(); ++q)
+      if (q != c.host->rank()) wait_for_data(c, q, bytes);
+    const std::size_t esize = size_of(o.type);
+    for (std::size_t at = 0; at < bytes || at == 0; at += kStreamChunkBytes) {
+      const std::size_t n = streams(bytes) ? std::min(kStreamChunkBytes, bytes - at) : bytes;
+      for (int q = 0; q < c.host->size() && streams(bytes); ++q)
+        if (q != c.host->rank()) wait_streamed(c, q, at + n);
+      reduce_slots(c, static_cast<std::byte*>(o.recv) + at, at, n / esize, bytes, o.type, o.op, own);
+      if (!streams(bytes)) break;
+    }
   }
   // The root compared every rank's signature as it read its slot; the
   // others return at once (their calls are compared up to kRingDepth calls
@@ -262,13 +303,17 @@ void shm_reduce(const Collective& c, const Operands& o) {
 
 void shm_broadcast(const Collective& c, const Operands& o) {
   const std::size_t bytes = bytes_of(o.count, o.type);
-  const bool root = c.host->rank() == o.root;
-  contribute(c, o.recv, root ? bytes : 0);
   // The others compare the root's signature as they read its slot; the
   // root returns at once (retire_compared_calls() compares it later).
-  if (!root) {
-    fetch_ahead(c, o.root);
-    copy_bytes(o.recv, wait_for_data(c, o.root, bytes), bytes);
+  if (c.host->rank() == o.root) return contribute_streaming(c, o.recv, bytes);
+  contribute(c, nullptr, 0);
+  fetch_ahead(c, o.root);
+  const std::byte* from = wait_for_data(c, o.root, bytes);
+  if (!streams(bytes)) return copy_bytes(o.recv, from, bytes);
+  for (std::size_t at = 0; at < bytes; at += kStreamChunkBytes) {  // as the root streams them in
+    const std::size_t n = std::min(kStreamChunkBytes, bytes - at);
+    wait_streamed(c, o.root, at + n);
+    std::memcpy(static_cast<std::byte*>(o.recv) + at, from + at, n);
   }
 }
 

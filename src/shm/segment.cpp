@@ -285,7 +285,8 @@ std::string Segment::describe_writable_wait(int behind, std::uint64_t sequence, 
 
 void Segment::publish(std::uint64_t sequence, std::uint64_t bytes) {
   SlotHeader& mine = header(rank_, sequence);
-  mine.bytes = static_cast<std::uint32_t>(bytes);  // at most a slot: 1 GiB
+  // At most a slot: 1 GiB, under the place bit.
+  mine.size_and_place = (mine.size_and_place & SlotHeader::kInLargeSlot) | static_cast<std::uint32_t>(bytes);
   // The store and the load below are both seq_cst, as are a sleeper's
   // increment and its re-check of the slot (wait_slowly): either this load
   // sees the sleeper, or the sleeper's re-check sees the slot. So a publish
@@ -296,6 +297,12 @@ void Segment::publish(std::uint64_t sequence, std::uint64_t bytes) {
   // transfer overlaps the caller's work instead of stalling the next
   // call's fenced store above.
   prefetch_for_write(&header(rank_, sequence + 1));
+}
+
+void Segment::stream(std::uint64_t sequence, std::size_t bytes) {
+  // seq_cst for the same reason as publish()'s: a sleeper is seen or sees it.
+  header(rank_, sequence).streamed.store(static_cast<std::uint32_t>(bytes), std::memory_order_seq_cst);
+  if (Layout::wake(base_).sleepers.load(std::memory_order_seq_cst) != 0) wake_all();
 }
 
 void Segment::publish_second(std::uint64_t sequence) {

@@ -80,12 +80,19 @@ inline void prefetch_for_read(const void* line) noexcept { __builtin_prefetch(li
 // line: one cache line moves between cores per rank and call.
 struct SlotHeader {
   std::atomic<std::uint64_t> sequence{0};  // the call this entry holds; 0: none yet
-  std::uint32_t bytes = 0;                 // data bytes written (at most 1 GiB)
-  std::uint32_t in_entry = 0;              // 1: the data follows in this entry; 0: in the large slot
+  // The data bytes written (at most 1 GiB), and in the top bit whether
+  // they are in the rank's large slot rather than after this header.
+  std::uint32_t size_and_place = 0;
+  // A streaming writer's bytes written so far (Segment::stream()).
+  std::atomic<std::uint32_t> streamed{0};
   std::byte signature[24] = {};            // the call's coll::CallSignature
   // A second step's mark (two-shot AllReduce: this rank's reduced chunk is
   // written), with the same call number; the same rules as `sequence`.
   std::atomic<std::uint64_t> second{0};
+
+  static constexpr std::uint32_t kInLargeSlot = 1u << 31;
+  std::size_t bytes() const noexcept { return size_and_place & ~kInLargeSlot; }
+  bool in_entry() const noexcept { return (size_and_place & kInLargeSlot) == 0; }
 };
 static_assert(sizeof(SlotHeader) == 48);
 
@@ -140,7 +147,7 @@ class Segment {
   // call `sequence`: its entry or its large slot, as the header says.
   std::byte* data(int rank, std::uint64_t sequence) const noexcept {
     SlotHeader& h = header(rank, sequence);
-    if (h.in_entry != 0) return reinterpret_cast<std::byte*>(&h) + sizeof(SlotHeader);
+    if (h.in_entry()) return reinterpret_cast<std::byte*>(&h) + sizeof(SlotHeader);
     const std::size_t index = static_cast<std::size_t>(rank) * 2 + (sequence & 1);
     return slots_ + index * slot_stride_;
   }
@@ -185,7 +192,9 @@ class Segment {
   // After wait_until_writable(): where this rank writes the call's `need`
   // bytes (the entry or the large slot; the header says which).
   std::byte* claim(std::uint64_t sequence, std::size_t need) noexcept {
-    header(rank_, sequence).in_entry = need <= kEntryDataBytes ? 1 : 0;
+    SlotHeader& mine = header(rank_, sequence);
+    mine.size_and_place = need <= kEntryDataBytes ? 0 : SlotHeader::kInLargeSlot;
+    mine.streamed.store(0, std::memory_order_relaxed);  // published by publish()'s store
     return data(rank_, sequence);
   }
   // The last call up to which this rank compared its successor's signature
@@ -198,6 +207,18 @@ class Segment {
   // Makes this rank's slot for `sequence` visible (signature and data
   // written before) and wakes sleepers.
   void publish(std::uint64_t sequence, std::uint64_t bytes);
+  // A streaming writer (after publish(), which announced the whole size):
+  // the first `bytes` of this rank's data for `sequence` are written and
+  // visible; wakes sleepers.
+  void stream(std::uint64_t sequence, std::size_t bytes);
+  // Until `rank`'s first `bytes` of call `sequence` (whose slot it has
+  // published) are there.
+  template <class Poll, class What>
+  void wait_streamed(int rank, std::uint64_t sequence, std::size_t bytes,
+                     transport::Deadline deadline, Poll&& poll, What&& what) {
+    const SlotHeader& h = header(rank, sequence);
+    wait([&] { return h.streamed.load(std::memory_order_acquire) >= bytes; }, deadline, poll, what);
+  }
   // Marks this rank's second step of call `sequence` done (what it wrote
   // for it is visible); wakes sleepers.
   void publish_second(std::uint64_t sequence);

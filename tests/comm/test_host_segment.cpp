@@ -189,6 +189,38 @@ TEST(HostSegment, ARootRunsAheadOfSlowReadersAndEveryCallArrives) {
   }));
 }
 
+// Beyond 64 KiB a broadcast's root and a reduce's other ranks stream their
+// slot in chunks that the readers take as they land: every byte arrives,
+// at sizes around the chunk's, in place or not, from every root.
+TEST(HostSegment, StreamedBroadcastsAndReducesDeliverEveryChunk) {
+  expect_all_passed(testing::run_ranks(3, [](Communicator& comm) {
+    const int p = comm.size(), r = comm.rank();
+    for (std::size_t count : {std::size_t{16384}, std::size_t{16385}, std::size_t{262147}}) {
+      for (int root = 0; root < p; ++root) {
+        std::vector<std::int32_t> b(count, -1);
+        if (r == root)
+          for (std::size_t i = 0; i < count; ++i) b[i] = static_cast<std::int32_t>(i * 7 + root);
+        comm.broadcast(b.data(), count, DataType::int32, root);
+        for (std::size_t i = 0; i < count; i += 97)
+          require(b[i] == static_cast<std::int32_t>(i * 7 + root),
+                  "broadcast of " + std::to_string(count) + " at " + std::to_string(i));
+        require(b[count - 1] == static_cast<std::int32_t>((count - 1) * 7 + root), "last element");
+        std::vector<std::int32_t> in(count), out(count, 0);
+        for (std::size_t i = 0; i < count; ++i) in[i] = static_cast<std::int32_t>(i % 1000 + r);
+        const bool in_place = root == 1;
+        comm.reduce(in.data(), in_place ? in.data() : out.data(), count, DataType::int32,
+                    ReduceOp::sum, root);
+        if (r == root) {
+          const auto& result = in_place ? in : out;
+          for (std::size_t i = 0; i < count; ++i)
+            if (result[i] != static_cast<std::int32_t>(p * (i % 1000) + p * (p - 1) / 2))
+              require(false, "reduce of " + std::to_string(count) + " at " + std::to_string(i));
+        }
+      }
+    }
+  }));
+}
+
 TEST(HostSegment, AWaitOnASlotEndsOnAbortAndAtTheDeadline) {
   Options options;
   options.timeout = std::chrono::seconds(5);  // also the creation's: sanitized probes are slow
