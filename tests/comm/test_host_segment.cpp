@@ -107,10 +107,12 @@ TEST(HostSegment, EveryCollectiveFitsItsSlotsAndChoosesShm) {
     require(engine.choose(K::allgather, "", 32 << 10).row->family == "shm", "allgather 2 x 32 KiB");
     require(engine.choose(K::allgather, "", 64 << 10).row->family != "shm", "allgather 2 x 64 KiB");
     require(engine.choose(K::alltoall, "", 64 << 10).row->family != "shm", "alltoall 2 x 64 KiB");
-    // Broadcast and reduce-scatter at p = 2: through the segment while its
-    // two copies stay in cache, then one cross-memory copy.
-    require(engine.choose(K::broadcast, "", 512 << 10).row->family == "shm", "broadcast 512 KiB");
-    require(engine.choose(K::broadcast, "", 1 << 20).row->family != "shm", "broadcast 1 MiB");
+    // Broadcast: through the segment wherever it fits (streamed), then a
+    // tree. Reduce-scatter at p = 2: while its two copies stay in cache,
+    // then one cross-memory copy.
+    const std::size_t slot = engine.host->slot_bytes();
+    require(engine.choose(K::broadcast, "", slot).row->family == "shm", "broadcast of a slot");
+    require(engine.choose(K::broadcast, "", slot + 1).row->family != "shm", "broadcast beyond");
     require(engine.choose(K::reduce_scatter, "", 512 << 10).row->family == "shm",
             "reduce_scatter 512 KiB");
     require(engine.choose(K::reduce_scatter, "", 1 << 20).row->family != "shm",
