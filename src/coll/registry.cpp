@@ -59,11 +59,15 @@ bool shm_one_shot_preferred(std::size_t bytes, int p) {
 // (docs/performance.md); from 3 ranks two-shot wins up to its slots.
 bool shm_two_shot_preferred(std::size_t bytes, int p) { return p > 2 || bytes <= 256 * 1024; }
 
-// Broadcast through the segment wherever it fits: the root streams its copy
-// in while the readers copy out, and it returns at once, so at every size
-// it beat the trees over cross-memory attach (allreduce_perf -A all, float:
-// p = 2 44 us against binomial_tree's 101 at 1 MiB, 166 against 375 at 4
-// MiB; p = 4 98 against 423 at 1 MiB, 175 against 417 at 2 MiB).
+// Broadcast and reduce go through the segment at every size (streamed in
+// chunks, beyond a slot through it as through a ring buffer:
+// shm_streamed_need()). The writers return at once and the copies in and
+// out overlap, so it beat every message algorithm at every size measured
+// (allreduce_perf -A all, float, p = 2: broadcast 44 us against
+// binomial_tree's 101 at 1 MiB, 3.3 ms against 5.8 at 64 MiB; reduce 40
+// against 167 at 1 MiB, 4.5 ms against reduce_scatter_gather's 15.6 at 64
+// MiB; p = 4: broadcast 8.5 ms against 16.7 at 64 MiB, reduce 15.6 against
+// 27.8).
 // Reduce-scatter of `bytes` in all: at p = 2 the ring (one cross-memory copy
 // of half the input each way) wins from 1 MiB (59-67 us against 113-120);
 // from 3 ranks the segment wins up to its slots (p = 4, 1 MiB: 277 against
@@ -190,7 +194,7 @@ constexpr AlgorithmRow kRows[] = {
      shm_hierarchical_need},
 
     {10, K::broadcast, "shm", "shm", "the root's buffer through its slot of the host segment",
-     any_p, always, shm_broadcast, nullptr, whole},
+     any_p, always, shm_broadcast, nullptr, shm_streamed_need},
     {11, K::broadcast, "chain", "chain", "segments passed along the ring from the root", any_p,
      broadcast_chain_preferred,
      [](const Collective& c, const Operands& o) {
@@ -210,7 +214,7 @@ constexpr AlgorithmRow kRows[] = {
      nullptr, nullptr, true},
 
     {14, K::reduce, "shm", "shm", "every slot of the host segment reduced at the root, in rank order",
-     any_p, always, shm_reduce, nullptr, whole},
+     any_p, always, shm_reduce, nullptr, shm_streamed_need},
     {15, K::reduce, "reduce_scatter_gather", "reduce_scatter_gather",
      "ring reduce-scatter, then a gather at the root", any_p, reduce_scatter_gather_preferred,
      [](const Collective& c, const Operands& o) {

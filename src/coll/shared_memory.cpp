@@ -141,13 +141,25 @@ void fetch_ahead_from_all(const Collective& c) {
 // chunk by chunk (Segment::stream()), and a reader that works on each chunk
 // as it lands (a broadcast's others, a reduce's root) overlaps the writer's
 // copy in. At p = 2, 1 MiB, the copy in and the reduce one after the other
-// took 164 us (Open MPI 120).
+// took 164 us (Open MPI 120). Data larger than a slot goes through it as
+// through a ring buffer: its readers say how far they have consumed it
+// (the streamed word of their own entry), and the writer overwrites only
+// what every reader has consumed.
 constexpr std::size_t kStreamChunkBytes = 64 << 10;
+// The most a call streams: its size must fit the entry's 31-bit size word.
+constexpr std::size_t kMaxStreamedBytes = (std::size_t{1} << 31) - 1;
 bool streams(std::size_t bytes) { return bytes > kStreamChunkBytes; }
+
+// The part of the slot a streamed call of `bytes` goes through: all of it
+// when it fits, else as many whole chunks as the slot holds.
+std::size_t stream_window(const Collective& c, std::size_t bytes) {
+  const std::size_t slot = c.host->slot_bytes();
+  return bytes <= slot ? bytes : slot / kStreamChunkBytes * kStreamChunkBytes;
+}
 
 void wait_streamed(const Collective& c, int rank, std::size_t bytes) {
   c.host->wait_streamed(rank, c.sequence, bytes, c.deadline, abort_poll(c), [&] {
-    return fmt::format("rank {} to write {} bytes of call #{} into its shared-memory slot",
+    return fmt::format("rank {} to stream {} bytes of call #{} through its shared-memory slot",
                        c.host->comm_rank(rank), bytes, c.sequence);
   });
 }
@@ -160,31 +172,49 @@ void contribute(const Collective& c, const void* source, std::size_t bytes) {
 }
 
 // The same, streaming large data: for the writers whose readers wait for
-// each chunk (wait_streamed()).
-void contribute_streaming(const Collective& c, const void* source, std::size_t bytes) {
+// each chunk (wait_streamed()), which are `readers` (this rank excluded).
+// Beyond the window it waits, before it overwrites a chunk, until every
+// reader has consumed it (a reader that made another call is named).
+template <class Readers>
+void contribute_streaming(const Collective& c, const void* source, std::size_t bytes,
+                          Readers&& readers) {
   if (!streams(bytes)) return contribute(c, source, bytes);
-  std::byte* slot = begin_slot(c, bytes);
+  const std::size_t window = stream_window(c, bytes);
+  std::byte* slot = begin_slot(c, window);
   c.host->publish(c.sequence, bytes);
+  bool readers_checked = false;
   for (std::size_t at = 0; at < bytes; at += kStreamChunkBytes) {
     const std::size_t n = std::min(kStreamChunkBytes, bytes - at);
-    std::memcpy(slot + at, static_cast<const std::byte*>(source) + at, n);
+    if (at + n > window) {
+      readers([&](int q) {
+        if (!readers_checked) {
+          const shm::SlotHeader& theirs = wait_for_slot(c, q);
+          if (c.signature != nullptr && signature_in(theirs) != *c.signature)
+            check_every_signature(c);
+        }
+        wait_streamed(c, q, at + n - window);
+      });
+      readers_checked = true;
+    }
+    std::memcpy(slot + at % window, static_cast<const std::byte*>(source) + at, n);
     c.host->stream(c.sequence, at + n);
   }
 }
 
 std::size_t bytes_of(std::size_t count, DataType type) { return count * size_of(type); }
 
-// recv = slot 0 op slot 1 op ... in rank order, every rank alike. `own`:
-// this rank's data where it is not in its slot (a reduce's root), read in
-// its turn, so it may be recv itself only on ranks 0 and 1 (read before
-// recv is first written).
+// recv = slot 0 op slot 1 op ... in rank order, every rank alike, from
+// `offset` in each slot. `own`: this rank's data where it is not in its
+// slot (a reduce's root; the `count` elements themselves), read in its
+// turn, so it may be recv itself only on ranks 0 and 1 (read before recv
+// is first written).
 void reduce_slots(const Collective& c, void* recv, std::size_t offset, std::size_t count,
                   std::size_t slot_bytes, DataType type, ReduceOp op,
                   const void* own = nullptr) {
   const int p = c.host->size();
   const std::size_t bytes = bytes_of(count, type);
   const auto data = [&](int q) -> const std::byte* {
-    if (own != nullptr && q == c.host->rank()) return static_cast<const std::byte*>(own) + offset;
+    if (own != nullptr && q == c.host->rank()) return static_cast<const std::byte*>(own);
     return wait_for_data(c, q, slot_bytes) + offset;
   };
   const std::byte* first = data(0);
@@ -241,6 +271,10 @@ void shm_one_shot_allreduce(const Collective& c, const Operands& o) {
   reduce_slots(c, o.recv, 0, o.count, bytes, o.type, o.op);
 }
 
+std::size_t shm_streamed_need(std::size_t bytes, int) {
+  return streams(bytes) && bytes <= kMaxStreamedBytes ? kStreamChunkBytes : bytes;
+}
+
 // Where a two-shot rank's reduced chunk goes in its slot: after its input.
 std::size_t reduced_offset(std::size_t bytes) { return (bytes + 63) / 64 * 64; }
 
@@ -271,49 +305,66 @@ void shm_two_shot_allreduce(const Collective& c, const Operands& o) {
 
 void shm_reduce(const Collective& c, const Operands& o) {
   const std::size_t bytes = bytes_of(o.count, o.type);
-  if (c.host->rank() != o.root) {
-    contribute_streaming(c, o.send, bytes);
-  } else {
-    // Nobody else reads the root's input: it reduces it from where it is
-    // instead of copying it into its slot first (one copy of the buffer
-    // less on the root, which every other rank waits for), unless in place
-    // on a rank above 1, where recv is written before the root's turn.
-    fetch_ahead_from_all(c);
-    const bool own_from_input = o.send != o.recv || o.root < 2;
-    const void* own = own_from_input ? o.send : nullptr;
-    contribute(c, own_from_input ? nullptr : o.send, own_from_input ? 0 : bytes);
-    // Chunk by chunk as the others stream them in (one chunk when they do
-    // not), once every slot says it holds this call (the signatures and
-    // sizes compared: a rank that made another call streams nothing).
-    for (int q = 0; q < c.host->size(); ++q)
-      if (q != c.host->rank()) wait_for_data(c, q, bytes);
-    const std::size_t esize = size_of(o.type);
-    for (std::size_t at = 0; at < bytes || at == 0; at += kStreamChunkBytes) {
-      const std::size_t n = streams(bytes) ? std::min(kStreamChunkBytes, bytes - at) : bytes;
-      for (int q = 0; q < c.host->size() && streams(bytes); ++q)
-        if (q != c.host->rank()) wait_streamed(c, q, at + n);
-      reduce_slots(c, static_cast<std::byte*>(o.recv) + at, at, n / esize, bytes, o.type, o.op, own);
-      if (!streams(bytes)) break;
-    }
+  const int me = c.host->rank();
+  if (me != o.root) {
+    contribute_streaming(c, o.send, bytes, [&](auto&& each) { each(o.root); });
+    // The root compares this call's signature as it reads the slot; this
+    // rank returns at once (and compares later, retire_compared_calls()).
+    return;
   }
-  // The root compared every rank's signature as it read its slot; the
-  // others return at once (their calls are compared up to kRingDepth calls
-  // later, retire_compared_calls()).
+  // Nobody else reads the root's input: it reduces it from where it is
+  // instead of copying it into its slot first (one copy of the buffer less
+  // on the root, which every other rank waits for). In place on a rank
+  // above 1, recv is written before the root's turn: then its input goes
+  // into its slot first, or, when streamed, into scratch chunk by chunk.
+  fetch_ahead_from_all(c);
+  const bool own_from_input = o.send != o.recv || o.root < 2;
+  if (!streams(bytes)) {
+    contribute(c, own_from_input ? nullptr : o.send, own_from_input ? 0 : bytes);
+    reduce_slots(c, o.recv, 0, o.count, bytes, o.type, o.op, own_from_input ? o.send : nullptr);
+    return;
+  }
+  contribute(c, nullptr, 0);
+  // Chunk by chunk as the others stream them in, once every slot says it
+  // holds this call (the signatures and sizes compared: a rank that made
+  // another call streams nothing).
+  for (int q = 0; q < c.host->size(); ++q)
+    if (q != me) wait_for_data(c, q, bytes);
+  const std::size_t window = stream_window(c, bytes), esize = size_of(o.type);
+  const bool wraps = window < bytes;
+  for (std::size_t at = 0; at < bytes; at += kStreamChunkBytes) {
+    const std::size_t n = std::min(kStreamChunkBytes, bytes - at);
+    for (int q = 0; q < c.host->size(); ++q)
+      if (q != me) wait_streamed(c, q, at + n);
+    const auto* input = static_cast<const std::byte*>(o.send) + at;
+    const void* own = input;
+    if (!own_from_input) own = std::memcpy(c.scratch_buffer(0, kStreamChunkBytes), input, n);
+    reduce_slots(c, static_cast<std::byte*>(o.recv) + at, at % window, n / esize, bytes, o.type,
+                 o.op, own);
+    if (wraps) c.host->stream(c.sequence, at + n);  // consumed: the writers may reuse it
+  }
 }
 
 void shm_broadcast(const Collective& c, const Operands& o) {
   const std::size_t bytes = bytes_of(o.count, o.type);
   // The others compare the root's signature as they read its slot; the
   // root returns at once (retire_compared_calls() compares it later).
-  if (c.host->rank() == o.root) return contribute_streaming(c, o.recv, bytes);
+  if (c.host->rank() == o.root) {
+    return contribute_streaming(c, o.recv, bytes, [&](auto&& each) {
+      for (int q = 0; q < c.host->size(); ++q)
+        if (q != o.root) each(q);
+    });
+  }
   contribute(c, nullptr, 0);
   fetch_ahead(c, o.root);
   const std::byte* from = wait_for_data(c, o.root, bytes);
   if (!streams(bytes)) return copy_bytes(o.recv, from, bytes);
+  const std::size_t window = stream_window(c, bytes);
   for (std::size_t at = 0; at < bytes; at += kStreamChunkBytes) {  // as the root streams them in
     const std::size_t n = std::min(kStreamChunkBytes, bytes - at);
     wait_streamed(c, o.root, at + n);
-    std::memcpy(static_cast<std::byte*>(o.recv) + at, from + at, n);
+    std::memcpy(static_cast<std::byte*>(o.recv) + at, from + at % window, n);
+    if (window < bytes) c.host->stream(c.sequence, at + n);  // consumed: the root may reuse it
   }
 }
 

@@ -75,8 +75,15 @@ void shm_two_shot_allreduce(const Collective& c, const Operands& o);
 // What two-shot writes into a slot for a buffer of `bytes`: the buffer, and
 // its reduced chunk.
 std::size_t shm_two_shot_need(std::size_t bytes, int p);
+// Broadcast and reduce stream beyond 64 KiB: the writers (the root; a
+// reduce's others) publish their slot, then their data chunk by chunk,
+// which the readers copy out or reduce as it lands; data beyond a slot
+// goes through it as through a ring buffer (the readers say how far they
+// consumed). So a slot of 64 KiB serves any size below 2 GiB.
 void shm_broadcast(const Collective& c, const Operands& o);
 void shm_reduce(const Collective& c, const Operands& o);
+// What broadcast and reduce need of a slot for a call of `bytes`.
+std::size_t shm_streamed_need(std::size_t bytes, int p);
 void shm_allgather(const Collective& c, const Operands& o);
 void shm_reduce_scatter(const Collective& c, const Operands& o);
 void shm_alltoall(const Collective& c, const Operands& o);

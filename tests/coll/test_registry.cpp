@@ -310,7 +310,14 @@ TEST_P(EveryAlgorithm, MatchesTheSequentialReference) {
     for (bool in_place : {false, true})
       if (!in_place || has_in_place(row.kind))
         check_once(comm, row, large, DataType::float32, ReduceOp::sum, in_place);
-    if (in_slots && row.kind != CollectiveKind::barrier) {
+    // Broadcast and reduce stream beyond a slot, through it as through a
+    // ring buffer: they must run right there too.
+    if (in_slots && row.host_slot_need != nullptr &&
+        row.host_slot_need(CommunicatorAccess::engine(comm).host->slot_bytes() * 2, p) <=
+            CommunicatorAccess::engine(comm).host->slot_bytes()) {
+      for (bool in_place : {false, true})
+        check_once(comm, row, 2 * large + 12345, DataType::float32, ReduceOp::sum, in_place);
+    } else if (in_slots && row.kind != CollectiveKind::barrier) {
       try {
         check_once(comm, row, large + 1, DataType::float32, ReduceOp::sum, false);
         require(false, "a call beyond the slots ran in shared memory");

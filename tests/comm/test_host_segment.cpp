@@ -107,12 +107,12 @@ TEST(HostSegment, EveryCollectiveFitsItsSlotsAndChoosesShm) {
     require(engine.choose(K::allgather, "", 32 << 10).row->family == "shm", "allgather 2 x 32 KiB");
     require(engine.choose(K::allgather, "", 64 << 10).row->family != "shm", "allgather 2 x 64 KiB");
     require(engine.choose(K::alltoall, "", 64 << 10).row->family != "shm", "alltoall 2 x 64 KiB");
-    // Broadcast: through the segment wherever it fits (streamed), then a
-    // tree. Reduce-scatter at p = 2: while its two copies stay in cache,
-    // then one cross-memory copy.
-    const std::size_t slot = engine.host->slot_bytes();
-    require(engine.choose(K::broadcast, "", slot).row->family == "shm", "broadcast of a slot");
-    require(engine.choose(K::broadcast, "", slot + 1).row->family != "shm", "broadcast beyond");
+    // Broadcast and reduce: through the segment at any size (streamed, and
+    // beyond a slot through it as through a ring buffer). Reduce-scatter at
+    // p = 2: while its two copies stay in cache, then one cross-memory copy.
+    for (K kind : {K::broadcast, K::reduce})
+      require(engine.choose(kind, "", std::size_t{1} << 30).row->family == "shm",
+              std::string(coll::to_string(kind)) + " of 1 GiB");
     require(engine.choose(K::reduce_scatter, "", 512 << 10).row->family == "shm",
             "reduce_scatter 512 KiB");
     require(engine.choose(K::reduce_scatter, "", 1 << 20).row->family != "shm",
@@ -192,10 +192,17 @@ TEST(HostSegment, ARootRunsAheadOfSlowReadersAndEveryCallArrives) {
 }
 
 // Beyond 64 KiB a broadcast's root and a reduce's other ranks stream their
-// slot in chunks that the readers take as they land: every byte arrives,
-// at sizes around the chunk's, in place or not, from every root.
+// slot in chunks that the readers take as they land, and beyond the slot
+// through it as through a ring buffer: every byte arrives, at sizes around
+// the chunk's and beyond the slot (of one chunk, of three, the default),
+// in place or not, from every root.
 TEST(HostSegment, StreamedBroadcastsAndReducesDeliverEveryChunk) {
+  for (const char* slot : {"65536", "200000", ""}) {
+  if (*slot != '\0') ::setenv("CHORUS_SHM_BYTES", slot, 1);
   expect_all_passed(testing::run_ranks(3, [](Communicator& comm) {
+    require(CommunicatorAccess::engine(comm).choose(coll::CollectiveKind::broadcast, "", 1 << 20)
+                    .row->family == "shm",
+            "broadcast of 1 MiB through the segment");
     const int p = comm.size(), r = comm.rank();
     for (std::size_t count : {std::size_t{16384}, std::size_t{16385}, std::size_t{262147}}) {
       for (int root = 0; root < p; ++root) {
@@ -221,6 +228,8 @@ TEST(HostSegment, StreamedBroadcastsAndReducesDeliverEveryChunk) {
       }
     }
   }));
+  ::unsetenv("CHORUS_SHM_BYTES");
+  }
 }
 
 TEST(HostSegment, AWaitOnASlotEndsOnAbortAndAtTheDeadline) {
