@@ -159,7 +159,8 @@ std::size_t stream_window(const Collective& c, std::size_t bytes) {
 
 void wait_streamed(const Collective& c, int rank, std::size_t bytes) {
   c.host->wait_streamed(rank, c.sequence, bytes, c.deadline, abort_poll(c), [&] {
-    return fmt::format("rank {} to stream {} bytes of call #{} through its shared-memory slot",
+    return fmt::format("rank {} to reach byte {} of call #{}'s shared-memory stream (written, "
+                       "or consumed by a reader)",
                        c.host->comm_rank(rank), bytes, c.sequence);
   });
 }

@@ -80,10 +80,12 @@ inline void prefetch_for_read(const void* line) noexcept { __builtin_prefetch(li
 // line: one cache line moves between cores per rank and call.
 struct SlotHeader {
   std::atomic<std::uint64_t> sequence{0};  // the call this entry holds; 0: none yet
-  // The data bytes written (at most 1 GiB), and in the top bit whether
-  // they are in the rank's large slot rather than after this header.
+  // The data bytes written (below 2 GiB), and in the top bit whether they
+  // are in the rank's large slot rather than after this header.
   std::uint32_t size_and_place = 0;
-  // A streaming writer's bytes written so far (Segment::stream()).
+  // How far a stream has got, 0 when the entry is claimed (Segment::
+  // stream()): a streaming writer's bytes written so far, or a reader's of
+  // a stream larger than the slot, the bytes it has consumed.
   std::atomic<std::uint32_t> streamed{0};
   std::byte signature[24] = {};            // the call's coll::CallSignature
   // A second step's mark (two-shot AllReduce: this rank's reduced chunk is
@@ -207,12 +209,12 @@ class Segment {
   // Makes this rank's slot for `sequence` visible (signature and data
   // written before) and wakes sleepers.
   void publish(std::uint64_t sequence, std::uint64_t bytes);
-  // A streaming writer (after publish(), which announced the whole size):
-  // the first `bytes` of this rank's data for `sequence` are written and
-  // visible; wakes sleepers.
+  // Sets this rank's streamed word for `sequence` (after publish()) and
+  // wakes sleepers: a writer's first `bytes` are written and visible, or a
+  // reader has consumed that much of the stream it reads.
   void stream(std::uint64_t sequence, std::size_t bytes);
-  // Until `rank`'s first `bytes` of call `sequence` (whose slot it has
-  // published) are there.
+  // Until `rank`'s streamed word for call `sequence` (whose entry it has
+  // published) reaches `bytes`.
   template <class Poll, class What>
   void wait_streamed(int rank, std::uint64_t sequence, std::size_t bytes,
                      transport::Deadline deadline, Poll&& poll, What&& what) {
