@@ -420,7 +420,7 @@ TEST(Registry, PerCollectiveNamesInOptionsReachTheCall) {
     require(engine.choose(CollectiveKind::allgather, "ring", 8).row->name == "ring", "per call");
     require(engine.choose(CollectiveKind::broadcast, "", 8).row->name == "shm",
             "the others choose freely (8 bytes on one host: through its segment)");
-    require(engine.choose(CollectiveKind::broadcast, "", 1 << 26).row->name == "binomial_tree",
+    require(engine.choose(CollectiveKind::reduce_scatter, "", 1 << 26).row->name == "ring",
             "the others choose freely (beyond the segment's slots: by threshold)");
   }, options);
   for (const auto& o : outcomes) EXPECT_FALSE(o.failed) << o.message;
