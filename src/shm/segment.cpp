@@ -285,29 +285,32 @@ std::string Segment::describe_writable_wait(int behind, std::uint64_t sequence, 
 
 void Segment::publish(std::uint64_t sequence, std::uint64_t bytes) {
   SlotHeader& mine = header(rank_, sequence);
-  // At most a slot: 1 GiB, under the place bit.
+  // Below 2 GiB (a slot, or a stream's whole size), under the place bit.
   mine.size_and_place = (mine.size_and_place & SlotHeader::kInLargeSlot) | static_cast<std::uint32_t>(bytes);
-  // The store and the load below are both seq_cst, as are a sleeper's
-  // increment and its re-check of the slot (wait_slowly): either this load
-  // sees the sleeper, or the sleeper's re-check sees the slot. So a publish
-  // writes nothing shared but its own slot unless someone sleeps.
   mine.sequence.store(sequence, std::memory_order_seq_cst);
-  if (Layout::wake(base_).sleepers.load(std::memory_order_seq_cst) != 0) wake_all();
+  wake_sleepers();
   // The next call's entry was last read a ring ago: taken back now, its
   // transfer overlaps the caller's work instead of stalling the next
   // call's fenced store above.
   prefetch_for_write(&header(rank_, sequence + 1));
 }
 
-void Segment::stream(std::uint64_t sequence, std::size_t bytes) {
-  // seq_cst for the same reason as publish()'s: a sleeper is seen or sees it.
-  header(rank_, sequence).streamed.store(static_cast<std::uint32_t>(bytes), std::memory_order_seq_cst);
+void Segment::wake_sleepers() noexcept {
+  // The caller's store before this and the load below are both seq_cst, as
+  // are a sleeper's increment and its re-check (wait_slowly): either this
+  // load sees the sleeper, or the sleeper's re-check sees the store. So a
+  // publish writes nothing shared but its own entry unless someone sleeps.
   if (Layout::wake(base_).sleepers.load(std::memory_order_seq_cst) != 0) wake_all();
+}
+
+void Segment::stream(std::uint64_t sequence, std::size_t bytes) {
+  header(rank_, sequence).streamed.store(static_cast<std::uint32_t>(bytes), std::memory_order_seq_cst);
+  wake_sleepers();
 }
 
 void Segment::publish_second(std::uint64_t sequence) {
   header(rank_, sequence).second.store(sequence, std::memory_order_seq_cst);
-  if (Layout::wake(base_).sleepers.load(std::memory_order_seq_cst) != 0) wake_all();
+  wake_sleepers();
 }
 
 void Segment::wake_all() noexcept {

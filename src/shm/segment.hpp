@@ -259,6 +259,8 @@ class Segment {
   void wait_slowly(const std::function<bool()>& ready, transport::Deadline deadline,
                    const std::function<void()>& poll, const std::function<std::string()>& what);
   void check_alive() const;
+  // After a seq_cst store others may wait for: wakes them if any sleeps.
+  void wake_sleepers() noexcept;
   std::string describe_writable_wait(int behind, std::uint64_t sequence, bool ring_full) const;
   std::atomic<std::uint64_t>& retired_word(int rank) const noexcept;
 
