@@ -35,9 +35,6 @@ namespace chorus::coll {
 class Selector;
 class Topology;
 
-// One call's buffers and arguments as the algorithms read them, checked by
-// the communicator before anything is sent (see core/arguments.hpp for what
-// `count` and the layouts mean per collective).
 // The v-forms' layouts (gatherv's and scatterv's at the root), apart from
 // Operands: the common call then carries one null pointer instead of four
 // vectors to construct, copy and destroy (a small call's own time is about
@@ -46,6 +43,9 @@ struct VFormLayouts {
   BlockLayout send_blocks, recv_blocks;
 };
 
+// One call's buffers and arguments as the algorithms read them, checked by
+// the communicator before anything is sent (see core/arguments.hpp for what
+// `count` and the layouts mean per collective).
 struct Operands {
   const void* send = nullptr;
   void* recv = nullptr;
