@@ -25,6 +25,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <span>
 
 namespace chorus::perf {
 namespace {
@@ -210,6 +211,41 @@ class Runner {
     }
   }
 
+  // What a call reads of this rank's: what --rewrite writes before each call.
+  std::span<std::byte> input_of(std::size_t count, DataType type, bool in_place) {
+    const Buffers b = buffers(count, type, in_place);
+    std::size_t bytes = per_rank(count) * size_of(type);
+    if (o_.collective == PerfCollective::reduce_scatter || o_.collective == PerfCollective::alltoall)
+      bytes *= static_cast<std::size_t>(ranks_);
+    auto* first = o_.collective == PerfCollective::broadcast
+                      ? static_cast<std::byte*>(b.recv)
+                      : const_cast<std::byte*>(static_cast<const std::byte*>(b.send));
+    return {first, bytes};
+  }
+
+  // The mean seconds of one `timed_call` over the timed iterations. With
+  // --rewrite, `input` is written before every call, as each training step
+  // writes new gradients, and only the calls are timed: then no call finds
+  // its peers' input still in its cache from the call before (out of place
+  // an unchanged input does, in place the last result never does).
+  template <class TimedCall>
+  double mean_call_seconds(std::span<std::byte> input, TimedCall&& timed_call) {
+    const int calls = o_.iters * o_.agg_iters;
+    if (!o_.rewrite) {
+      const auto start = Clock::now();
+      for (int i = 0; i < calls; ++i) timed_call();
+      return std::chrono::duration<double>(Clock::now() - start).count() / calls;
+    }
+    Clock::duration spent{};
+    for (int i = 0; i < calls; ++i) {
+      std::memset(input.data(), 0x3c, input.size());  // 0x3c..: a normal number in every float type
+      const auto start = Clock::now();
+      timed_call();
+      spent += Clock::now() - start;
+    }
+    return std::chrono::duration<double>(spent).count() / calls;
+  }
+
   // `forced` names the algorithm (made once per sweep: no string is built per call).
   void call(std::size_t count, DataType type, ReduceOp op, bool in_place,
             const CallOptions& forced) {
@@ -261,14 +297,11 @@ class Runner {
     const std::size_t bytes = count * size_of(type);
     warm_up([&] { call(count, type, op, in_place, algorithm); });
     barrier();
-    const auto start = Clock::now();
-    for (int i = 0; i < o_.iters; ++i)
-      for (int a = 0; a < o_.agg_iters; ++a) {
-        call(count, type, op, in_place, algorithm);
-        if (o_.blocking) barrier();
-      }
-    const double seconds =
-        std::chrono::duration<double>(Clock::now() - start).count() / (o_.iters * o_.agg_iters);
+    const std::span<std::byte> input = input_of(count, type, in_place);
+    const double seconds = mean_call_seconds(input, [&] {
+      call(count, type, op, in_place, algorithm);
+      if (o_.blocking) barrier();
+    });
     Timing t = bandwidth(bytes, combine_time(seconds), busbw_factor(o_.collective, ranks_));
     t.wrong = o_.check ? check(count, type, op, in_place, algorithm) : -1;
     return t;
@@ -369,13 +402,10 @@ class Runner {
     const MPI_Op m = mpi_op(op);
     warm_up([&] { call_mpi(count, t, m); });
     MPI_Barrier(MPI_COMM_WORLD);
-    const auto start = Clock::now();
-    for (int i = 0; i < o_.iters * o_.agg_iters; ++i) {
+    const double seconds = mean_call_seconds(input_of(count, type, false), [&] {
       call_mpi(count, t, m);
       if (o_.blocking) MPI_Barrier(MPI_COMM_WORLD);
-    }
-    const double seconds =
-        std::chrono::duration<double>(Clock::now() - start).count() / (o_.iters * o_.agg_iters);
+    });
     return bandwidth(count * size_of(type), combine_time(seconds), busbw_factor(o_.collective, ranks_));
   }
 #endif

@@ -172,8 +172,8 @@ PerfOptions parse(const std::vector<std::string>& args, PerfCollective collectiv
       {"blocking", 'z'}, {"timeout", 'T'},   {"unalign", 'u'},   {"output_file", 'J'},
       {"algo", 'A'},     {"transport", 'X'}, {"help", 'h'},      {"csv", 'C'},
       {"np", 'P'},       {"mpi", 'M'},       {"tune", 'U'},      {"inject-error", 'E'},
-      {"root", 'r'}};
-  const std::string flags_without_value = "hME";
+      {"root", 'r'},     {"rewrite", 'W'}};
+  const std::string flags_without_value = "hMEW";
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     char flag = 0;
@@ -237,6 +237,7 @@ PerfOptions parse(const std::vector<std::string>& args, PerfCollective collectiv
       case 'M': o.mpi = true; break;
       case 'U': o.tune_file = value; break;
       case 'E': o.inject_error = true; break;
+      case 'W': o.rewrite = true; break;
       case 'h': o.help = true; break;
       case 'r': o.root = static_cast<int>(parse_int(value, what, 0, 1 << 20)); break;
       default: throw UsageError(fmt::format("unknown option '{}'", arg));
@@ -292,6 +293,10 @@ std::string usage(const std::string& program) {
                             _Bcast, _Reduce, _Reduce_scatter_block, _Alltoall) on the same
                             buffers, per size (launch with mpirun); adds mpi_time, mpi_busbw,
                             speedup
+  --rewrite                 write each rank's input before every call, as a training step
+                            writes its gradients; only the calls are timed (without it, as
+                            nccl-tests, an out-of-place call reads the input unchanged since
+                            the last call, which peers may still hold in their caches)
   --csv <file>              also write the results as CSV
   --tune <file>             (allreduce) measure every algorithm and write the fastest per size
                             as a tuning file (CHORUS_TUNING_FILE reads it)

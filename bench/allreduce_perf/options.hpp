@@ -54,6 +54,7 @@ struct PerfOptions {
   std::vector<DataType> types = {DataType::float32};      // -d
   int average = 1;                   // -a: 0 rank 0, 1 mean, 2 min, 3 max
   bool blocking = false;             // -z: a barrier after every call
+  bool rewrite = false;              // --rewrite: write the input before every call, untimed
   int timeout_seconds = 0;           // -T (0: CHORUS_TIMEOUT)
   std::size_t unalign = 0;           // -u: buffers start this many elements past a page
   std::string json_file;             // -J

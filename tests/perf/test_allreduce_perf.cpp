@@ -157,7 +157,8 @@ TEST(Options, DefaultsAreNcclTestsDefaults) {
 TEST(Options, ShortLongAndAttachedFormsAndSuffixes) {
   const PerfOptions o = parse({"-b", "8", "--maxbytes", "64M", "-f2", "--iters=7", "-d", "bfloat16",
                                "-o", "all", "-A", "all", "-X", "tcp", "--np", "3", "-c", "0",
-                               "-J", "out.json", "--csv", "out.csv", "-a", "3", "-z", "1"});
+                               "-J", "out.json", "--csv", "out.csv", "-a", "3", "-z", "1",
+                               "--rewrite"});
   EXPECT_EQ(o.min_bytes, 8u);
   EXPECT_EQ(o.max_bytes, 64u << 20);
   EXPECT_EQ(o.step_factor, 2u);
@@ -173,6 +174,9 @@ TEST(Options, ShortLongAndAttachedFormsAndSuffixes) {
   EXPECT_EQ(o.csv_file, "out.csv");
   EXPECT_EQ(o.average, 3);
   EXPECT_TRUE(o.blocking);
+  EXPECT_TRUE(o.rewrite);
+  EXPECT_FALSE(parse({}).rewrite);
+  EXPECT_THROW(parse({"--rewrite=1"}), UsageError);  // a switch, like --mpi
   EXPECT_EQ(parse({"-d", "all"}).types.size(), 10u);
   EXPECT_EQ(parse_size("1K", "-b"), 1024u);
   EXPECT_EQ(parse_size("2G", "-b"), std::size_t{2} << 30);
