@@ -9,6 +9,7 @@
 #include "coll/direct.hpp"
 #include "coll/halving_doubling.hpp"
 #include "coll/recursive_doubling.hpp"
+#include "coll/patterns/ring.hpp"
 #include "coll/ring.hpp"
 #include "coll/tree.hpp"
 #include "reduce/float16.hpp"
@@ -237,6 +238,21 @@ TEST(Algorithms, LargeBuffersAreSegmentedAndPipelined) {
         }
       }
     }
+}
+
+TEST(Algorithms, InPlaceRingReusesItsLandingWindowInTurn) {
+  // In place, a step's segments land in a window of kLandingSegments and
+  // each later one is received into the place of the one kLandingSegments
+  // before it: blocks of more than twice the window, and a short last one.
+  const std::size_t per_segment = kRingSegmentBytes / sizeof(float);
+  for (int p : {2, 3}) {
+    const std::size_t count = (2 * kLandingSegments + 1) * per_segment * static_cast<std::size_t>(p) + 5;
+    const Bytes want = reference(DataType::float32, ReduceOp::sum, p, count);
+    const auto got = run(&ring_allreduce, p, count, DataType::float32, ReduceOp::sum, true,
+                         [&](int r) { return input(DataType::float32, ReduceOp::sum, r, count); });
+    for (int r = 0; r < p; ++r)
+      ASSERT_TRUE(got[static_cast<std::size_t>(r)] == want) << "p " << p << ", rank " << r;
+  }
 }
 
 TEST(Collective, WaitAllEndsAtTheFirstFailureWhicheverRequestItIs) {

@@ -80,23 +80,34 @@ void ring_reduce_scatter(const Collective& c, const RingReduceScatter& ring) {
   const int last_step = p - 2;
   auto dest = [&](int j, int step) { return step == last_step ? ring.result : ring.partial(j); };
   // A segment lands where its sum goes, unless that is where this rank's own
-  // part of the block is (in place): then in scratch, one block per step
-  // parity, so that the next step's receives can be posted early.
-  const std::size_t largest = *std::max_element(blocks.counts.begin(), blocks.counts.end());
+  // part of the block is (in place): then in scratch, in a window of
+  // kLandingSegments segments per step parity (so that the next step's
+  // receives can be posted early). A segment's receive is posted once its
+  // landing place is free again, so the scratch is 4 MiB and stays in
+  // cache, where a landing area of two whole blocks (64 MiB for 64 MiB at
+  // p = 2) went to memory and back: with inputs rewritten before every
+  // call (allreduce_perf --rewrite), in place 1.11-1.27x faster at 16-64
+  // MiB, p = 2 (docs/performance.md, fifth pass).
+  const auto in_scratch = [&](int j, int step) { return dest(j, step) == mine(j, 0); };
   std::byte* landing_area = nullptr;
-  auto landing = [&](int j, int step, std::size_t element) -> std::byte* {
-    std::byte* d = dest(j, step);
-    if (d != mine(j, 0)) return d + element * esize;
-    if (landing_area == nullptr) landing_area = c.scratch_buffer(1, 2 * largest * esize);
-    return landing_area + (static_cast<std::size_t>(step % 2) * largest + element) * esize;
+  auto landing = [&](int j, int step, std::size_t s) -> std::byte* {
+    if (!in_scratch(j, step)) return dest(j, step) + seg.first(s) * esize;
+    const std::size_t window_bytes = kLandingSegments * seg.per_segment * esize;
+    if (landing_area == nullptr) landing_area = c.scratch_buffer(1, 2 * window_bytes);
+    return landing_area + static_cast<std::size_t>(step % 2) * window_bytes +
+           s % kLandingSegments * seg.per_segment * esize;
   };
+  auto post_receive = [&](int j, int step, std::size_t s) {
+    return t.irecv(prev, c.message_tag(ring.phase, static_cast<unsigned>(step), static_cast<unsigned>(s)),
+                   landing(j, step, s), seg.length(n(j), s) * esize);
+  };
+  // The step's receives; those beyond the window stay null until posted.
   auto post_receives = [&](int step) {
-    std::vector<transport::RequestPtr> receives;
     const int j = block_of(r - 2 + ring.finish - step);
-    for (std::size_t s = 0; s < seg.count(n(j)); ++s)
-      receives.push_back(t.irecv(prev, c.message_tag(ring.phase, static_cast<unsigned>(step),
-                                                     static_cast<unsigned>(s)),
-                                 landing(j, step, seg.first(s)), seg.length(n(j), s) * esize));
+    std::vector<transport::RequestPtr> receives(seg.count(n(j)));
+    const std::size_t posted = in_scratch(j, step) ? std::min(receives.size(), kLandingSegments)
+                                                   : receives.size();
+    for (std::size_t s = 0; s < posted; ++s) receives[s] = post_receive(j, step, s);
     return receives;
   };
 
@@ -116,7 +127,7 @@ void ring_reduce_scatter(const Collective& c, const RingReduceScatter& ring) {
       c.wait(*receives[s]);
       const std::size_t first = seg.first(s), length = seg.length(n(j), s);
       std::byte* sum = dest(j, step) + first * esize;
-      std::byte* arrived = landing(j, step, first);
+      std::byte* arrived = landing(j, step, s);
       if (length && arrived == sum) {
         reduce::reduce(sum, arrived, mine(j, first), length, ring.type, ring.op);
       } else if (length) {
@@ -128,6 +139,8 @@ void ring_reduce_scatter(const Collective& c, const RingReduceScatter& ring) {
         // 1 MiB: 190-280 us against 64 us).
         reduce::reduce(arrived, arrived, mine(j, first), length, ring.type, ring.op);
         std::memcpy(sum, arrived, length * esize);
+        if (const std::size_t later = s + kLandingSegments; later < receives.size())
+          receives[later] = post_receive(j, step, later);  // where this one landed
       }
       if (step < last_step)  // forward the partial sum at once: the pipeline
         sends.push_back(t.isend(next, c.message_tag(ring.phase, static_cast<unsigned>(step + 1),

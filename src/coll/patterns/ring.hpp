@@ -27,6 +27,9 @@
 namespace chorus::coll {
 
 inline constexpr std::size_t kRingSegmentBytes = 512 * 1024;
+// In place, segments land in scratch first, at most this many per step at
+// a time (ring.cpp says why).
+inline constexpr std::size_t kLandingSegments = 4;
 
 struct RingReduceScatter {
   const BlockLayout& blocks;  // p blocks of `input` (element counts and offsets)
