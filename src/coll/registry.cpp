@@ -59,9 +59,13 @@ bool shm_one_shot_preferred(std::size_t bytes, int p) {
 // (docs/performance.md); from 3 ranks two-shot wins up to its slots.
 bool shm_two_shot_preferred(std::size_t bytes, int p) { return p > 2 || bytes <= 256 * 1024; }
 
-// Broadcast and reduce go through the segment at every size (streamed in
-// chunks, beyond a slot through it as through a ring buffer:
-// shm_streamed_need()). The writers return at once and the copies in and
+// Broadcast, reduce and allgather go through the segment at every size
+// (streamed in chunks, beyond a slot through it as through a ring buffer:
+// shm_streamed_need()). Allgather: two copies in user space beat the
+// ring's one cross-memory copy (allgather_perf -A ring / shm, p = 2: 64
+// MiB 6.4-8.3 ms against 8.2-10.4, 16 MiB 1.0-1.2 against 1.6-1.8, even at
+// 1 MiB; p = 4: 64 MiB 12.4-14.8 against 21.5-25.9). Broadcast and reduce:
+// the writers return at once and the copies in and
 // out overlap, so it beat every message algorithm at every size measured
 // (allreduce_perf -A all, float, p = 2: broadcast 44 us against
 // binomial_tree's 101 at 1 MiB, 3.3 ms against 5.8 at 64 MiB; reduce 40
@@ -234,7 +238,7 @@ constexpr AlgorithmRow kRows[] = {
      nullptr, nullptr, true},
 
     {18, K::allgather, "shm", "shm", "every block through its rank's slot of the host segment",
-     any_p, small_blocks, shm_allgather, nullptr, whole},
+     any_p, always, shm_allgather, nullptr, shm_streamed_need},
     {19, K::allgather, "bruck", "bruck", "Bruck: ceil(log2 p) steps of growing block sets",
      any_p, allgather_bruck_preferred,
      [](const Collective& c, const Operands& o) {

@@ -308,6 +308,11 @@ void Segment::stream(std::uint64_t sequence, std::size_t bytes) {
   wake_sleepers();
 }
 
+void Segment::consume(std::uint64_t sequence, std::size_t bytes) {
+  header(rank_, sequence).second.store(bytes, std::memory_order_seq_cst);
+  wake_sleepers();
+}
+
 void Segment::publish_second(std::uint64_t sequence) {
   header(rank_, sequence).second.store(sequence, std::memory_order_seq_cst);
   wake_sleepers();

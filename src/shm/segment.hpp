@@ -88,8 +88,10 @@ struct SlotHeader {
   // a stream larger than the slot, the bytes it has consumed.
   std::atomic<std::uint32_t> streamed{0};
   std::byte signature[24] = {};            // the call's coll::CallSignature
-  // A second step's mark (two-shot AllReduce: this rank's reduced chunk is
-  // written), with the same call number; the same rules as `sequence`.
+  // 0 when the entry is claimed; then either a second step's mark (two-shot
+  // AllReduce: this rank's reduced chunk is written), with the same call
+  // number, or, in a call where every rank streams and reads streams (a
+  // large allgather), the bytes this rank has consumed of every other's.
   std::atomic<std::uint64_t> second{0};
 
   static constexpr std::uint32_t kInLargeSlot = 1u << 31;
@@ -197,6 +199,7 @@ class Segment {
     SlotHeader& mine = header(rank_, sequence);
     mine.size_and_place = need <= kEntryDataBytes ? 0 : SlotHeader::kInLargeSlot;
     mine.streamed.store(0, std::memory_order_relaxed);  // published by publish()'s store
+    mine.second.store(0, std::memory_order_relaxed);
     return data(rank_, sequence);
   }
   // The last call up to which this rank compared its successor's signature
@@ -221,6 +224,18 @@ class Segment {
     const SlotHeader& h = header(rank, sequence);
     wait([&] { return h.streamed.load(std::memory_order_acquire) >= bytes; }, deadline, poll, what);
   }
+  // How far `rank`'s stream of call `sequence` has got (its streamed word;
+  // read once it has begun the call).
+  std::size_t streamed(int rank, std::uint64_t sequence) const noexcept {
+    return header(rank, sequence).streamed.load(std::memory_order_acquire);
+  }
+  // A rank that streams and reads streams in one call: how far it has
+  // consumed every other rank's (`second`, once it has begun the call),
+  // and consume() to move that on (wakes sleepers).
+  std::size_t consumed(int rank, std::uint64_t sequence) const noexcept {
+    return static_cast<std::size_t>(header(rank, sequence).second.load(std::memory_order_acquire));
+  }
+  void consume(std::uint64_t sequence, std::size_t bytes);
   // Marks this rank's second step of call `sequence` done (what it wrote
   // for it is visible); wakes sleepers.
   void publish_second(std::uint64_t sequence);

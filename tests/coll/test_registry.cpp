@@ -310,8 +310,8 @@ TEST_P(EveryAlgorithm, MatchesTheSequentialReference) {
     for (bool in_place : {false, true})
       if (!in_place || has_in_place(row.kind))
         check_once(comm, row, large, DataType::float32, ReduceOp::sum, in_place);
-    // Broadcast and reduce stream beyond a slot, through it as through a
-    // ring buffer: they must run right there too.
+    // Broadcast, reduce and allgather stream beyond a slot, through it as
+    // through a ring buffer: they must run right there too.
     if (in_slots && row.host_slot_need != nullptr &&
         row.host_slot_need(CommunicatorAccess::engine(comm).host->slot_bytes() * 2, p) <=
             CommunicatorAccess::engine(comm).host->slot_bytes()) {

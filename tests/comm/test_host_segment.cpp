@@ -102,15 +102,15 @@ TEST(HostSegment, EveryCollectiveFitsItsSlotsAndChoosesShm) {
     require(engine.choose(K::allreduce, "", 256 << 10).row->name == "shm_two_shot", "256 KiB");
     require(engine.choose(K::allreduce, "", 1 << 20).row->family != "shm", "1 MiB at p = 2");
     require(engine.choose(K::allreduce, "", 64 << 20).row->family != "shm", "64 MiB");
-    // Data movement only while all p blocks are at most 64 KiB (then one
+    // Alltoall: only while all p blocks are at most 64 KiB (then one
     // cross-memory copy beats the segment's two).
-    require(engine.choose(K::allgather, "", 32 << 10).row->family == "shm", "allgather 2 x 32 KiB");
-    require(engine.choose(K::allgather, "", 64 << 10).row->family != "shm", "allgather 2 x 64 KiB");
+    require(engine.choose(K::alltoall, "", 32 << 10).row->family == "shm", "alltoall 2 x 16 KiB");
     require(engine.choose(K::alltoall, "", 64 << 10).row->family != "shm", "alltoall 2 x 64 KiB");
-    // Broadcast and reduce: through the segment at any size (streamed, and
-    // beyond a slot through it as through a ring buffer). Reduce-scatter at
-    // p = 2: while its two copies stay in cache, then one cross-memory copy.
-    for (K kind : {K::broadcast, K::reduce})
+    // Broadcast, reduce and allgather: through the segment at any size
+    // (streamed, and beyond a slot through it as through a ring buffer).
+    // Reduce-scatter at p = 2: while its two copies stay in cache, then one
+    // cross-memory copy.
+    for (K kind : {K::broadcast, K::reduce, K::allgather})
       require(engine.choose(kind, "", std::size_t{1} << 30).row->family == "shm",
               std::string(coll::to_string(kind)) + " of 1 GiB");
     require(engine.choose(K::reduce_scatter, "", 512 << 10).row->family == "shm",
@@ -196,15 +196,29 @@ TEST(HostSegment, ARootRunsAheadOfSlowReadersAndEveryCallArrives) {
 // through it as through a ring buffer: every byte arrives, at sizes around
 // the chunk's and beyond the slot (of one chunk, of three, the default),
 // in place or not, from every root.
-TEST(HostSegment, StreamedBroadcastsAndReducesDeliverEveryChunk) {
+TEST(HostSegment, StreamedBroadcastsReducesAndAllgathersDeliverEveryChunk) {
   for (const char* slot : {"65536", "200000", ""}) {
   if (*slot != '\0') ::setenv("CHORUS_SHM_BYTES", slot, 1);
   expect_all_passed(testing::run_ranks(3, [](Communicator& comm) {
-    require(CommunicatorAccess::engine(comm).choose(coll::CollectiveKind::broadcast, "", 1 << 20)
-                    .row->family == "shm",
-            "broadcast of 1 MiB through the segment");
+    for (auto kind : {coll::CollectiveKind::broadcast, coll::CollectiveKind::allgather})
+      require(CommunicatorAccess::engine(comm).choose(kind, "", 1 << 20).row->family == "shm",
+              std::string(coll::to_string(kind)) + " of 1 MiB through the segment");
     const int p = comm.size(), r = comm.rank();
     for (std::size_t count : {std::size_t{16384}, std::size_t{16385}, std::size_t{262147}}) {
+      // Allgather: every rank streams its block and reads the others' at
+      // once (in place on the second pass).
+      for (bool in_place : {false, true}) {
+        std::vector<std::int32_t> gathered(count * static_cast<std::size_t>(p), -1), block(count);
+        std::int32_t* mine = gathered.data() + count * static_cast<std::size_t>(r);
+        for (std::size_t i = 0; i < count; ++i)
+          (in_place ? mine : block.data())[i] = static_cast<std::int32_t>(i * 3 + r);
+        comm.allgather(in_place ? mine : block.data(), gathered.data(), count, DataType::int32);
+        for (int q = 0; q < p; ++q)
+          for (std::size_t i = 0; i < count; ++i)
+            if (gathered[count * static_cast<std::size_t>(q) + i] != static_cast<std::int32_t>(i * 3 + q))
+              require(false, "allgather of " + std::to_string(count) + ": rank " +
+                                 std::to_string(q) + "'s element " + std::to_string(i));
+      }
       for (int root = 0; root < p; ++root) {
         std::vector<std::int32_t> b(count, -1);
         if (r == root)
