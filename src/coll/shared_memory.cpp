@@ -369,77 +369,102 @@ void shm_broadcast(const Collective& c, const Operands& o) {
   }
 }
 
-// A large allgather: every rank streams its block through its slot and, in
-// the same loop, copies every other rank's chunks out as they land, all
-// ranks' chunk k together (its `second` word says how far: the writers
-// overwrite a chunk of a window smaller than the block only once every
-// reader is past it). Two copies in user space per block and rank, where
-// the ring's cross-memory attach made one in the kernel, page by page, 3-4x
-// slower per byte here.
-void shm_allgather_streaming(const Collective& c, const Operands& o, std::size_t block) {
+// A call in which every rank streams and reads streams (a large allgather
+// or alltoall), in rounds: each rank streams its round i (`write_round`
+// fills round_bytes at the given place of its window) and, in the same
+// loop, once every rank has streamed round i, and it has itself (in place,
+// round i's input is where round i's output goes), copies the others'
+// round i out (`read_round`, given where each rank's round i is). Its
+// `second` word says how many rounds' bytes it has consumed: a writer
+// overwrites a round of a window smaller than its stream only once every
+// reader is past it. Every rank publishes `total` (the sizes compared).
+// Two copies in user space per byte, where the message algorithms' cross-
+// memory attach makes one in the kernel, page by page, 3-4x slower per byte
+// here.
+template <class WriteRound, class ReadRound>
+void exchange_streaming(const Collective& c, std::size_t total, std::size_t rounds,
+                        std::size_t round_bytes, WriteRound&& write_round, ReadRound&& read_round) {
   shm::Segment& host = *c.host;
   const int p = host.size(), me = host.rank();
-  const std::size_t window = stream_window(c, block);
+  const std::size_t stream = rounds * round_bytes;
+  const std::size_t window = stream <= host.slot_bytes() ? stream : host.slot_bytes() / round_bytes * round_bytes;
   std::byte* slot = begin_slot(c, window);
-  host.publish(c.sequence, block);
+  host.publish(c.sequence, total);
   for (int q = 0; q < p; ++q)  // every signature and size compared
-    if (q != me) wait_for_data(c, q, block);
-  const auto* in = static_cast<const std::byte*>(o.send);
-  auto* out = static_cast<std::byte*>(o.recv);
-  std::byte* own_place = out + static_cast<std::size_t>(me) * block;
-  std::size_t written = 0, consumed = 0;
-  const auto chunk_at = [&](std::size_t at) { return std::min(kStreamChunkBytes, block - at); };
-  // The first rank that holds up this rank's next write or read, or -1.
+    if (q != me) wait_for_data(c, q, total);
+  std::size_t written = 0, consumed = 0;  // rounds
+  // The first rank that holds up this rank's next write or read, or -1
+  // (this rank itself: its own round not written yet).
   const auto write_waits_for = [&] {
-    const std::size_t end = written + chunk_at(written);
+    const std::size_t end = (written + 1) * round_bytes;
     if (end <= window) return -1;
     for (int q = 0; q < p; ++q)
       if (q != me && host.consumed(q, c.sequence) < end - window) return q;
     return -1;
   };
   const auto read_waits_for = [&] {
-    const std::size_t end = consumed + chunk_at(consumed);
+    const std::size_t end = (consumed + 1) * round_bytes;
+    if (written <= consumed) return me;
     for (int q = 0; q < p; ++q)
       if (q != me && host.streamed(q, c.sequence) < end) return q;
     return -1;
   };
-  while (written < block || consumed < block) {
+  while (written < rounds || consumed < rounds) {
     bool moved = false;
-    if (written < block && write_waits_for() < 0) {
-      const std::size_t n = chunk_at(written);
-      std::memcpy(slot + written % window, in + written, n);
-      written += n;
-      host.stream(c.sequence, written);
+    if (written < rounds && write_waits_for() < 0) {
+      write_round(written, slot + written * round_bytes % window);
+      ++written;
+      host.stream(c.sequence, written * round_bytes);
       moved = true;
     }
-    if (consumed < block && read_waits_for() < 0) {
-      const std::size_t n = chunk_at(consumed);
-      for (int q = 0; q < p; ++q) {
-        std::byte* to = out + static_cast<std::size_t>(q) * block + consumed;
-        if (q != me) std::memcpy(to, host.data(q, c.sequence) + consumed % window, n);
-        else if (in != own_place) std::memcpy(to, in + consumed, n);
-      }
-      consumed += n;
-      host.consume(c.sequence, consumed);
+    if (consumed < rounds && read_waits_for() < 0) {
+      read_round(consumed, [&](int q) { return host.data(q, c.sequence) + consumed * round_bytes % window; });
+      ++consumed;
+      host.consume(c.sequence, consumed * round_bytes);
       moved = true;
     }
     if (moved) continue;
     host.wait(
         [&] {
-          return (written < block && write_waits_for() < 0) ||
-                 (consumed < block && read_waits_for() < 0);
+          return (written < rounds && write_waits_for() < 0) ||
+                 (consumed < rounds && read_waits_for() < 0);
         },
         c.deadline, abort_poll(c), [&] {
           const int writer = read_waits_for(), reader = write_waits_for();
-          return consumed < block && writer >= 0
-                     ? fmt::format("rank {} to stream byte {} of its block of call #{} (shared "
-                                   "memory)", host.comm_rank(writer), consumed + chunk_at(consumed),
-                                   c.sequence)
-                     : fmt::format("rank {} to consume byte {} of this rank's block of call #{} "
+          return consumed < rounds && writer >= 0 && writer != me
+                     ? fmt::format("rank {} to stream round {} of call #{} (shared memory)",
+                                   host.comm_rank(writer), consumed, c.sequence)
+                     : fmt::format("rank {} to consume round {} of this rank's stream of call #{} "
                                    "(shared memory)", host.comm_rank(std::max(reader, 0)),
-                                   written + chunk_at(written) - window, c.sequence);
+                                   written - window / round_bytes, c.sequence);
         });
   }
+}
+
+// The bytes of round i of a block cut into chunks of `chunk`.
+std::size_t chunk_length(std::size_t block, std::size_t chunk, std::size_t i) {
+  return std::min(chunk, block - i * chunk);
+}
+std::size_t chunks_of(std::size_t block, std::size_t chunk) { return (block + chunk - 1) / chunk; }
+
+// Allgather: round i is chunk i of this rank's block.
+void shm_allgather_streaming(const Collective& c, const Operands& o, std::size_t block) {
+  const int p = c.host->size(), me = c.host->rank();
+  const auto* in = static_cast<const std::byte*>(o.send);
+  auto* out = static_cast<std::byte*>(o.recv);
+  const std::byte* own_place = out + static_cast<std::size_t>(me) * block;
+  const std::size_t chunk = kStreamChunkBytes;
+  exchange_streaming(
+      c, block, chunks_of(block, chunk), chunk,
+      [&](std::size_t i, std::byte* at) { std::memcpy(at, in + i * chunk, chunk_length(block, chunk, i)); },
+      [&](std::size_t i, auto&& round_of) {
+        const std::size_t n = chunk_length(block, chunk, i);
+        for (int q = 0; q < p; ++q) {
+          std::byte* to = out + static_cast<std::size_t>(q) * block + i * chunk;
+          if (q != me) std::memcpy(to, round_of(q), n);
+          else if (in != own_place) std::memcpy(to, in + i * chunk, n);
+        }
+      });
 }
 
 void shm_allgather(const Collective& c, const Operands& o) {
@@ -459,8 +484,58 @@ void shm_reduce_scatter(const Collective& c, const Operands& o) {
                o.type, o.op);
 }
 
+// Alltoall's chunk when streamed: 64 KiB, less when p - 1 of them do not
+// fit a slot (many ranks, small slots), never under a cache line.
+std::size_t alltoall_chunk(std::size_t slot_bytes, int p) {
+  const std::size_t fits = slot_bytes / static_cast<std::size_t>(std::max(p - 1, 1)) / 64 * 64;
+  return std::max<std::size_t>(64, std::min(kStreamChunkBytes, fits));
+}
+bool alltoall_streams(std::size_t block, int p) {
+  return p > 1 && block * static_cast<std::size_t>(p) > kStreamChunkBytes;
+}
+
+// Alltoall: round i is chunk i of each of this rank's blocks for the
+// others, in rank order; in place (send is recv) a block's chunk i is
+// read out before the chunk that arrives for it lands there.
+void shm_alltoall_streaming(const Collective& c, const Operands& o, std::size_t block) {
+  const int p = c.host->size(), me = c.host->rank();
+  const auto* in = static_cast<const std::byte*>(o.send);
+  auto* out = static_cast<std::byte*>(o.recv);
+  const std::size_t chunk = alltoall_chunk(c.host->slot_bytes(), p);
+  // Where rank `from`'s round holds the chunk for rank `to`.
+  const auto place_in_round = [&](int from, int to) {
+    return static_cast<std::size_t>(to < from ? to : to - 1) * chunk;
+  };
+  const auto at = [&](int q, std::size_t i) { return static_cast<std::size_t>(q) * block + i * chunk; };
+  exchange_streaming(
+      c, block * static_cast<std::size_t>(p), chunks_of(block, chunk),
+      chunk * static_cast<std::size_t>(p - 1),
+      [&](std::size_t i, std::byte* round) {
+        for (int q = 0; q < p; ++q)
+          if (q != me) std::memcpy(round + place_in_round(me, q), in + at(q, i), chunk_length(block, chunk, i));
+      },
+      [&](std::size_t i, auto&& round_of) {
+        const std::size_t n = chunk_length(block, chunk, i);
+        for (int q = 0; q < p; ++q) {
+          if (q != me) std::memcpy(out + at(q, i), round_of(q) + place_in_round(q, me), n);
+          else if (in != out) std::memcpy(out + at(q, i), in + at(q, i), n);
+        }
+      });
+}
+
+std::size_t shm_alltoall_need(std::size_t block, int p) {
+  if (!alltoall_streams(block, p)) return block * static_cast<std::size_t>(p);
+  // The size (p blocks) and the stream (p - 1 blocks in whole chunks) must
+  // fit the entry's 31-bit words.
+  const std::size_t ranks = static_cast<std::size_t>(p);
+  if ((block + kStreamChunkBytes) * ranks > kMaxStreamedBytes) return block * ranks;
+  return static_cast<std::size_t>(p - 1) * 64;  // one round of the smallest chunks
+}
+
 void shm_alltoall(const Collective& c, const Operands& o) {
   const std::size_t block = bytes_of(o.count, o.type);
+  if (alltoall_streams(block, c.host->size()))
+    return shm_alltoall_streaming(c, o, block);
   const std::size_t total = block * static_cast<std::size_t>(c.host->size());
   contribute(c, o.send, total);
   const std::size_t mine = block * static_cast<std::size_t>(c.host->rank());

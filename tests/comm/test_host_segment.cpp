@@ -102,14 +102,15 @@ TEST(HostSegment, EveryCollectiveFitsItsSlotsAndChoosesShm) {
     require(engine.choose(K::allreduce, "", 256 << 10).row->name == "shm_two_shot", "256 KiB");
     require(engine.choose(K::allreduce, "", 1 << 20).row->family != "shm", "1 MiB at p = 2");
     require(engine.choose(K::allreduce, "", 64 << 20).row->family != "shm", "64 MiB");
-    // Alltoall: only while all p blocks are at most 64 KiB (then one
-    // cross-memory copy beats the segment's two).
-    require(engine.choose(K::alltoall, "", 32 << 10).row->family == "shm", "alltoall 2 x 16 KiB");
-    require(engine.choose(K::alltoall, "", 64 << 10).row->family != "shm", "alltoall 2 x 64 KiB");
-    // Broadcast, reduce and allgather: through the segment at any size
-    // (streamed, and beyond a slot through it as through a ring buffer).
-    // Reduce-scatter at p = 2: while its two copies stay in cache, then one
-    // cross-memory copy.
+    // Broadcast, reduce, allgather and (at p = 2) alltoall: through the
+    // segment at any size (streamed, and beyond a slot through it as
+    // through a ring buffer), while a stream's size fits its 31-bit word
+    // (alltoall's is all p blocks). Reduce-scatter at p = 2: while its two
+    // copies stay in cache, then one cross-memory copy.
+    require(engine.choose(K::alltoall, "", std::size_t{256} << 20).row->family == "shm",
+            "alltoall of 2 x 256 MiB");
+    require(engine.choose(K::alltoall, "", std::size_t{1} << 30).row->family != "shm",
+            "alltoall of 2 x 1 GiB");
     for (K kind : {K::broadcast, K::reduce, K::allgather})
       require(engine.choose(kind, "", std::size_t{1} << 30).row->family == "shm",
               std::string(coll::to_string(kind)) + " of 1 GiB");
@@ -196,7 +197,7 @@ TEST(HostSegment, ARootRunsAheadOfSlowReadersAndEveryCallArrives) {
 // through it as through a ring buffer: every byte arrives, at sizes around
 // the chunk's and beyond the slot (of one chunk, of three, the default),
 // in place or not, from every root.
-TEST(HostSegment, StreamedBroadcastsReducesAndAllgathersDeliverEveryChunk) {
+TEST(HostSegment, StreamedCollectivesDeliverEveryChunk) {
   for (const char* slot : {"65536", "200000", ""}) {
   if (*slot != '\0') ::setenv("CHORUS_SHM_BYTES", slot, 1);
   expect_all_passed(testing::run_ranks(3, [](Communicator& comm) {
@@ -218,6 +219,23 @@ TEST(HostSegment, StreamedBroadcastsReducesAndAllgathersDeliverEveryChunk) {
             if (gathered[count * static_cast<std::size_t>(q) + i] != static_cast<std::int32_t>(i * 3 + q))
               require(false, "allgather of " + std::to_string(count) + ": rank " +
                                  std::to_string(q) + "'s element " + std::to_string(i));
+      }
+      // Alltoall (named: at p = 3 it is not the automatic choice): every
+      // rank streams its p - 1 blocks for the others, round by round.
+      {
+        CallOptions shm;
+        shm.algorithm_name = "shm";
+        const std::size_t n = count / 2 + 1;  // of every block
+        std::vector<std::int32_t> send(n * static_cast<std::size_t>(p)), recv(send.size(), -1);
+        for (int to = 0; to < p; ++to)
+          for (std::size_t i = 0; i < n; ++i)
+            send[n * static_cast<std::size_t>(to) + i] = static_cast<std::int32_t>(i * 5 + to * 100 + r);
+        comm.alltoall(send.data(), recv.data(), n, DataType::int32, shm);
+        for (int from = 0; from < p; ++from)
+          for (std::size_t i = 0; i < n; ++i)
+            if (recv[n * static_cast<std::size_t>(from) + i] != static_cast<std::int32_t>(i * 5 + r * 100 + from))
+              require(false, "alltoall of " + std::to_string(n) + " per block: from rank " +
+                                 std::to_string(from) + ", element " + std::to_string(i));
       }
       for (int root = 0; root < p; ++root) {
         std::vector<std::int32_t> b(count, -1);
