@@ -147,14 +147,12 @@ std::size_t nothing(std::size_t, int) { return 0; }
 // allgather of 1 MiB 110 us by ring against 142 us; alltoall 99 us against
 // 176 us, before both streamed).
 bool small_blocks(std::size_t block_bytes, int p) { return every_block(block_bytes, p) <= 64 * 1024; }
-// Alltoall streams through the segment beyond that (shm_alltoall_need()):
-// at p = 2 it beats pairwise's cross-memory copies (alltoall_perf -A
-// pairwise / shm, two runs: 256 KiB 16-17 us against 23-33, 16 MiB 1.2-1.3
-// ms against 1.2-1.9, 64 MiB 5.8-7.9 against 7.9-10.3); at p = 4 on 2 cores
-// the two are even (64 MiB 18-36 ms against 20-29), and pairwise stays.
-bool shm_alltoall_preferred(std::size_t block_bytes, int p) {
-  return p == 2 || small_blocks(block_bytes, p);
-}
+// Alltoall streams through the segment beyond that (shm_alltoall_need()),
+// and beats pairwise's cross-memory copies (alltoall_perf -A pairwise /
+// shm, p = 2, two runs: 256 KiB 16-17 us against 23-33, 16 MiB 1.2-1.3 ms
+// against 1.2-1.9, 64 MiB 5.8-7.9 against 7.9-10.3; p = 4 on 2 cores, eight
+// runs: 64 MiB 18-36 ms against 20-31, medians 20 against 23; three of
+// them with --mpi: 256 KiB 92 us against 161, 16 MiB 4.6 ms against 7.9).
 
 // ---- how each row runs a call
 
@@ -286,7 +284,7 @@ constexpr AlgorithmRow kRows[] = {
      }},
 
     {26, K::alltoall, "shm", "shm", "every rank's blocks through its slot of the host segment",
-     any_p, shm_alltoall_preferred, shm_alltoall, nullptr, shm_alltoall_need},
+     any_p, always, shm_alltoall, nullptr, shm_alltoall_need},
     {27, K::alltoall, "bruck", "bruck", "Bruck: ceil(log2 p) steps, blocks packed per step",
      any_p, alltoall_bruck_preferred,
      [](const Collective& c, const Operands& o) {

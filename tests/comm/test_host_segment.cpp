@@ -102,7 +102,7 @@ TEST(HostSegment, EveryCollectiveFitsItsSlotsAndChoosesShm) {
     require(engine.choose(K::allreduce, "", 256 << 10).row->name == "shm_two_shot", "256 KiB");
     require(engine.choose(K::allreduce, "", 1 << 20).row->family != "shm", "1 MiB at p = 2");
     require(engine.choose(K::allreduce, "", 64 << 20).row->family != "shm", "64 MiB");
-    // Broadcast, reduce, allgather and (at p = 2) alltoall: through the
+    // Broadcast, reduce, allgather and alltoall: through the
     // segment at any size (streamed, and beyond a slot through it as
     // through a ring buffer), while a stream's size fits its 31-bit word
     // (alltoall's is all p blocks). Reduce-scatter at p = 2: while its two
@@ -220,8 +220,8 @@ TEST(HostSegment, StreamedCollectivesDeliverEveryChunk) {
               require(false, "allgather of " + std::to_string(count) + ": rank " +
                                  std::to_string(q) + "'s element " + std::to_string(i));
       }
-      // Alltoall (named: at p = 3 it is not the automatic choice): every
-      // rank streams its p - 1 blocks for the others, round by round.
+      // Alltoall: every rank streams its p - 1 blocks for the others, round
+      // by round (named, as a call may).
       {
         CallOptions shm;
         shm.algorithm_name = "shm";
