@@ -394,7 +394,7 @@ void exchange_streaming(const Collective& c, std::size_t total, std::size_t roun
     if (q != me) wait_for_data(c, q, total);
   std::size_t written = 0, consumed = 0;  // rounds
   // The first rank that holds up this rank's next write or read, or -1
-  // (this rank itself: its own round not written yet).
+  // (for a read, this rank itself while its own round is not written yet).
   const auto write_waits_for = [&] {
     const std::size_t end = (written + 1) * round_bytes;
     if (end <= window) return -1;

@@ -26,7 +26,7 @@ namespace chorus::shm {
 namespace {
 
 constexpr std::uint64_t kMagic = 0x43484f5255534831ull;  // "CHORUSH1"
-constexpr std::uint32_t kVersion = 2;  // 2: ring entries and retired words
+constexpr std::uint32_t kVersion = 3;  // 2: ring entries and retired words; 3: second counts consumption
 constexpr std::size_t kLine = 64;
 constexpr std::string_view kPrefix = "chorus.";
 

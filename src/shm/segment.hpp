@@ -91,7 +91,8 @@ struct SlotHeader {
   // 0 when the entry is claimed; then either a second step's mark (two-shot
   // AllReduce: this rank's reduced chunk is written), with the same call
   // number, or, in a call where every rank streams and reads streams (a
-  // large allgather), the bytes this rank has consumed of every other's.
+  // large allgather or alltoall), the bytes this rank has consumed of
+  // every other's.
   std::atomic<std::uint64_t> second{0};
 
   static constexpr std::uint32_t kInLargeSlot = 1u << 31;
