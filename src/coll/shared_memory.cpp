@@ -151,10 +151,11 @@ constexpr std::size_t kMaxStreamedBytes = (std::size_t{1} << 31) - 1;
 bool streams(std::size_t bytes) { return bytes > kStreamChunkBytes; }
 
 // The part of the slot a streamed call of `bytes` goes through: all of it
-// when it fits, else as many whole chunks as the slot holds.
-std::size_t stream_window(const Collective& c, std::size_t bytes) {
+// when it fits, else as many whole units (chunks, or rounds) as the slot holds.
+std::size_t stream_window(const Collective& c, std::size_t bytes,
+                          std::size_t unit = kStreamChunkBytes) {
   const std::size_t slot = c.host->slot_bytes();
-  return bytes <= slot ? bytes : slot / kStreamChunkBytes * kStreamChunkBytes;
+  return bytes <= slot ? bytes : slot / unit * unit;
 }
 
 void wait_streamed(const Collective& c, int rank, std::size_t bytes) {
@@ -372,9 +373,8 @@ void shm_broadcast(const Collective& c, const Operands& o) {
 // A call in which every rank streams and reads streams (a large allgather
 // or alltoall), in rounds: each rank streams its round i (`write_round`
 // fills round_bytes at the given place of its window) and, in the same
-// loop, once every rank has streamed round i, and it has itself (in place,
-// round i's input is where round i's output goes), copies the others'
-// round i out (`read_round`, given where each rank's round i is). Its
+// loop, once every other rank has streamed round i, copies their round i
+// out (`read_round`, given where each rank's round i is). Its
 // `second` word says how many rounds' bytes it has consumed: a writer
 // overwrites a round of a window smaller than its stream only once every
 // reader is past it. Every rank publishes `total` (the sizes compared).
@@ -386,15 +386,13 @@ void exchange_streaming(const Collective& c, std::size_t total, std::size_t roun
                         std::size_t round_bytes, WriteRound&& write_round, ReadRound&& read_round) {
   shm::Segment& host = *c.host;
   const int p = host.size(), me = host.rank();
-  const std::size_t stream = rounds * round_bytes;
-  const std::size_t window = stream <= host.slot_bytes() ? stream : host.slot_bytes() / round_bytes * round_bytes;
+  const std::size_t window = stream_window(c, rounds * round_bytes, round_bytes);
   std::byte* slot = begin_slot(c, window);
   host.publish(c.sequence, total);
   for (int q = 0; q < p; ++q)  // every signature and size compared
     if (q != me) wait_for_data(c, q, total);
   std::size_t written = 0, consumed = 0;  // rounds
-  // The first rank that holds up this rank's next write or read, or -1
-  // (for a read, this rank itself while its own round is not written yet).
+  // The first rank that holds up this rank's next write or read, or -1.
   const auto write_waits_for = [&] {
     const std::size_t end = (written + 1) * round_bytes;
     if (end <= window) return -1;
@@ -404,7 +402,6 @@ void exchange_streaming(const Collective& c, std::size_t total, std::size_t roun
   };
   const auto read_waits_for = [&] {
     const std::size_t end = (consumed + 1) * round_bytes;
-    if (written <= consumed) return me;
     for (int q = 0; q < p; ++q)
       if (q != me && host.streamed(q, c.sequence) < end) return q;
     return -1;
@@ -431,7 +428,7 @@ void exchange_streaming(const Collective& c, std::size_t total, std::size_t roun
         },
         c.deadline, abort_poll(c), [&] {
           const int writer = read_waits_for(), reader = write_waits_for();
-          return consumed < rounds && writer >= 0 && writer != me
+          return consumed < rounds && writer >= 0
                      ? fmt::format("rank {} to stream round {} of call #{} (shared memory)",
                                    host.comm_rank(writer), consumed, c.sequence)
                      : fmt::format("rank {} to consume round {} of this rank's stream of call #{} "
@@ -495,8 +492,7 @@ bool alltoall_streams(std::size_t block, int p) {
 }
 
 // Alltoall: round i is chunk i of each of this rank's blocks for the
-// others, in rank order; in place (send is recv) a block's chunk i is
-// read out before the chunk that arrives for it lands there.
+// others, in rank order (send and recv never overlap: the call's checks).
 void shm_alltoall_streaming(const Collective& c, const Operands& o, std::size_t block) {
   const int p = c.host->size(), me = c.host->rank();
   const auto* in = static_cast<const std::byte*>(o.send);
@@ -517,8 +513,8 @@ void shm_alltoall_streaming(const Collective& c, const Operands& o, std::size_t 
       [&](std::size_t i, auto&& round_of) {
         const std::size_t n = chunk_length(block, chunk, i);
         for (int q = 0; q < p; ++q) {
-          if (q != me) std::memcpy(out + at(q, i), round_of(q) + place_in_round(q, me), n);
-          else if (in != out) std::memcpy(out + at(q, i), in + at(q, i), n);
+          const std::byte* from = q == me ? in + at(q, i) : round_of(q) + place_in_round(q, me);
+          std::memcpy(out + at(q, i), from, n);
         }
       });
 }
