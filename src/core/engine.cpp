@@ -365,7 +365,7 @@ void Communicator::Impl::log_choice(const core::Call& call, const coll::Algorith
   const int p = transport->size();
   const std::size_t bytes = coll::choice_bytes(call.kind, call.operands, p);
   const int size_class = static_cast<int>(std::bit_width(bytes));
-  std::lock_guard lock(submit_mutex);
+  std::lock_guard lock(log_mutex);
   if (!logged_choices.emplace(static_cast<int>(call.kind), size_class, choice.row->id).second)
     return;
   // A hierarchical row: what each level of hosts costs it (the larger is
@@ -488,9 +488,12 @@ Counters Communicator::Impl::counters() const {
   }
 }
 
-void Communicator::Impl::run(const core::Call& call) {
+void Communicator::Impl::run(core::Call& call) {
   std::lock_guard run_lock(run_mutex);
   if (poisoned.load()) throw poisoned_error();
+  // Numbered as they run, so that the numbers follow the order in which the
+  // ranks' segments and transports see the calls.
+  call.sequence = next_sequence++;
   // Two clocks cheaper than steady_clock's (common/tick_clock.hpp): a small
   // call's own work is about 100 ns, and steady_clock costs 30 ns a read here.
   const std::uint64_t start_ticks = call_clock.now();
@@ -524,11 +527,11 @@ void Communicator::Impl::run(const core::Call& call) {
 }
 
 void Communicator::Impl::submit(core::Call call) {
-  std::lock_guard submit(submit_mutex);
   if (poisoned.load()) throw poisoned_error();
-  call.sequence = next_sequence++;
-  // Earlier async calls run first. No call can be queued meanwhile (that
-  // takes submit_mutex), so an empty queue and an idle worker stay so.
+  // This thread's earlier async calls run first. (Another thread's may be
+  // queued meanwhile and run before this one: calls from several threads
+  // are serialized, in an order that is theirs to race for.) `queued` is
+  // read before `worker_busy`, which the worker sets before `queued` drops.
   if (queued.load() != 0 || worker_busy.load()) {
     std::unique_lock queue_lock(queue_mutex);
     queue_cv.wait(queue_lock, [&] { return queue.empty() && !worker_busy.load(); });
@@ -536,15 +539,12 @@ void Communicator::Impl::submit(core::Call call) {
   run(call);
 }
 
-Work Communicator::Impl::submit_async(const core::Call& prepared) {
+Work Communicator::Impl::submit_async(const core::Call& call) {
   auto state = std::make_shared<Work::State>();
-  std::lock_guard submit(submit_mutex);
   if (poisoned.load()) {
     state->finish(poisoned_error());
     return Work(state);
   }
-  core::Call call = prepared;
-  call.sequence = next_sequence++;
   {
     std::lock_guard queue_lock(queue_mutex);
     start_worker();

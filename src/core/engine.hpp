@@ -98,7 +98,8 @@ struct Communicator::Impl {
 
  private:
   // Runs one call on the transport; throws (and poisons) on error.
-  void run(const core::Call& call);
+  // Numbers the call (its sequence) under run_mutex.
+  void run(core::Call& call);
   // The algorithm with the call check beside it (by messages or through
   // the host segment), for the rows that do not carry it themselves.
   void run_checked(coll::Collective& c, const core::Call& call);
@@ -147,11 +148,10 @@ struct Communicator::Impl {
   static constexpr std::size_t kChoiceMemoBytesLimit = std::size_t{1} << 56;
   std::array<std::atomic<std::uint64_t>, coll::kCollectiveKinds> last_automatic_choice{};
 
-  // Order: sequence numbers are handed out under submit_mutex, in call
-  // order; async calls queue for the worker thread; a blocking call waits
-  // for the queue to drain and runs on the caller's thread.
-  std::mutex submit_mutex;
-  std::uint64_t next_sequence = 1;  // 0 is the probe's; 64 bits: the host segment never sees one twice
+  // Order: async calls queue for the worker thread; a blocking call waits
+  // for the queue to drain and runs on the caller's thread; run() numbers
+  // each call under run_mutex, in the order they run (one lock a call).
+  std::uint64_t next_sequence = 1;  // under run_mutex; 0 is the probe's; 64 bits: the host segment never sees one twice
   std::mutex queue_mutex;
   std::condition_variable queue_cv;
   std::deque<std::pair<core::Call, std::shared_ptr<Work::State>>> queue;
@@ -178,7 +178,8 @@ struct Communicator::Impl {
   TickClock call_clock;  // times each call for the counters
   Count total_count;
   std::array<Count, kAlgorithmCount> count_by_algorithm;
-  // (kind, size class, algorithm) already logged at INFO; under submit_mutex.
+  // (kind, size class, algorithm) already logged at INFO; under log_mutex.
+  std::mutex log_mutex;
   std::set<std::tuple<int, int, int>> logged_choices;
 };
 
