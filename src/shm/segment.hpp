@@ -23,7 +23,8 @@
 //
 // Waiting: a waiter polls for spin_before_sleep(), yielding when the host
 // has more ranks than cores, then sleeps on a futex in the segment that
-// every publish bumps (and wakes only when someone sleeps). Every 10 ms it
+// every publish bumps (and wakes only when someone sleeps; without a fence
+// where every rank registered for membarrier(), see store_and_wake()). Every 10 ms it
 // also looks at the abort notice and the deadline, and every 100 ms at
 // whether the ranks it waits for are still alive (their pid and start time),
 // so a rank killed while others wait on its slot is named within a fraction
@@ -271,12 +272,14 @@ class Segment {
  private:
   struct Layout;
   Segment(int rank, int size, std::size_t slot_bytes, std::string name, void* base,
-          std::size_t length, std::vector<int> members);
+          std::size_t length, std::vector<int> members, bool fenceless);
   void wait_slowly(const std::function<bool()>& ready, transport::Deadline deadline,
                    const std::function<void()>& poll, const std::function<std::string()>& what);
   void check_alive() const;
-  // After a seq_cst store others may wait for: wakes them if any sleeps.
-  void wake_sleepers() noexcept;
+  // Stores `value` into `word` (of this rank's entry, which others may be
+  // waiting on) and wakes sleepers, if any.
+  template <class T>
+  void store_and_wake(std::atomic<T>& word, T value) noexcept;
   std::string describe_writable_wait(int behind, std::uint64_t sequence, bool ring_full) const;
   std::atomic<std::uint64_t>& retired_word(int rank) const noexcept;
 
@@ -292,6 +295,9 @@ class Segment {
   std::uint64_t retired_ = 0;       // this rank's retired word, as last written
   std::uint64_t retired_floor_ = 0;  // the least retired word of any rank, as last read
   bool oversubscribed_ = false;  // more ranks on the host than cores for them (or see the constructor)
+  // Every rank is registered for membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED):
+  // publishes need no fence, sleepers issue the barrier (store_and_wake()).
+  bool fenceless_ = false;
   const std::vector<int> members_;  // see attach()
 };
 
