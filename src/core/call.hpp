@@ -38,7 +38,7 @@ struct Call {
 };
 
 // Checks a call's arguments on a communicator of `size` ranks where this is
-// `rank`, and returns its operands with `signature` filled in (all but the
+// `rank`, and fills `call`'s operands and signature (all but the
 // algorithm). Throws Error(invalid_argument) "<collective>: <what and why>"
 // before anything is sent: unknown dtype or op, an op the dtype lacks, a
 // root that is no rank, null buffers that should hold bytes, sizes that
@@ -49,7 +49,6 @@ struct Call {
 // allgatherv: this rank's block; reduce_scatter_v: the sum of the counts;
 // alltoallv: what this rank sends in all; gatherv's
 // send count and scatterv's recv count.
-coll::Operands check_arguments(coll::CollectiveKind kind, const CallArgs& args, int rank, int size,
-                               coll::CallSignature& signature);
+void check_arguments(coll::CollectiveKind kind, const CallArgs& args, int rank, int size, Call& call);
 
 }  // namespace chorus::core

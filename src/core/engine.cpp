@@ -331,8 +331,7 @@ core::Call Communicator::Impl::make_call(coll::CollectiveKind kind, const core::
                             name, to_string(options.algorithm)));
   core::Call call;
   call.kind = kind;
-  call.operands = core::check_arguments(kind, args, transport->rank(), transport->size(),
-                                        call.signature);
+  core::check_arguments(kind, args, transport->rank(), transport->size(), call);
   const std::string_view requested = !options.algorithm_name.empty() ? options.algorithm_name
                                      : options.algorithm != Algorithm::automatic
                                          ? to_string(options.algorithm)
