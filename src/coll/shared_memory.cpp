@@ -18,8 +18,6 @@ namespace {
 static_assert(std::is_trivially_copyable_v<CallSignature> &&
               sizeof(CallSignature) <= sizeof(shm::SlotHeader::signature));
 
-constexpr std::size_t kCacheLine = 64;  // a ring entry begins on one
-
 // memcpy without its rule that even 0 bytes need valid pointers (a call of
 // count 0 may pass null buffers).
 void copy_bytes(void* to, const void* from, std::size_t bytes) {
@@ -57,8 +55,8 @@ const shm::SlotHeader& wait_for_slot(const Collective& c, int rank, std::size_t 
   unsigned polls = 0;
   const auto begun = [&] {
     if (host.has_begun(rank, c.sequence)) return true;
-    if (end > kCacheLine && polls++ % 8 == 0)
-      for (std::size_t at = kCacheLine; at < end; at += kCacheLine)
+    if (end > shm::kCacheLine && polls++ % 8 == 0)
+      for (std::size_t at = shm::kCacheLine; at < end; at += shm::kCacheLine)
         shm::prefetch_for_read(reinterpret_cast<const std::byte*>(&header) + at);
     return false;
   };
@@ -502,8 +500,9 @@ void shm_reduce_scatter(const Collective& c, const Operands& o) {
 // Alltoall's chunk when streamed: 64 KiB, less when p - 1 of them do not
 // fit a slot (many ranks, small slots), never under a cache line.
 std::size_t alltoall_chunk(std::size_t slot_bytes, int p) {
-  const std::size_t fits = slot_bytes / static_cast<std::size_t>(std::max(p - 1, 1)) / 64 * 64;
-  return std::max<std::size_t>(64, std::min(kStreamChunkBytes, fits));
+  const std::size_t fits =
+      slot_bytes / static_cast<std::size_t>(std::max(p - 1, 1)) / shm::kCacheLine * shm::kCacheLine;
+  return std::max(shm::kCacheLine, std::min(kStreamChunkBytes, fits));
 }
 bool alltoall_streams(std::size_t block, int p) {
   return p > 1 && block * static_cast<std::size_t>(p) > kStreamChunkBytes;
@@ -543,7 +542,7 @@ std::size_t shm_alltoall_need(std::size_t block, int p) {
   // fit the entry's 31-bit words.
   const std::size_t ranks = static_cast<std::size_t>(p);
   if ((block + kStreamChunkBytes) * ranks > kMaxStreamedBytes) return block * ranks;
-  return static_cast<std::size_t>(p - 1) * 64;  // one round of the smallest chunks
+  return static_cast<std::size_t>(p - 1) * shm::kCacheLine;  // one round of the smallest chunks
 }
 
 void shm_alltoall(const Collective& c, const Operands& o) {

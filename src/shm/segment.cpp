@@ -29,10 +29,9 @@ namespace {
 constexpr std::uint64_t kMagic = 0x43484f5255534831ull;  // "CHORUSH1"
 constexpr std::uint32_t kVersion = 4;  // 2: ring entries and retired words; 3: second counts
                                        // consumption; 4: sleepers issue membarrier() (fenceless publishes)
-constexpr std::size_t kLine = 64;
 constexpr std::string_view kPrefix = "chorus.";
 
-std::size_t round_up(std::size_t n) { return (n + kLine - 1) / kLine * kLine; }
+std::size_t round_up(std::size_t n) { return (n + kCacheLine - 1) / kCacheLine * kCacheLine; }
 
 struct Control {
   std::uint64_t magic;
@@ -40,12 +39,12 @@ struct Control {
   std::int32_t size;
   std::uint64_t slot_bytes;
   std::uint64_t nonce;
-  std::byte pad[kLine - 32];
+  std::byte pad[kCacheLine - 32];
 };
 struct Wake {
   std::atomic<std::uint32_t> word;
   std::atomic<std::uint32_t> sleepers;
-  std::byte pad[kLine - 8];
+  std::byte pad[kCacheLine - 8];
 };
 struct AbortNotice {
   std::atomic<std::int32_t> claimed;        // the first announcer sets it, then writes
@@ -56,9 +55,9 @@ struct RankRecord {
   std::int32_t pid;
   std::uint32_t pad0;
   std::uint64_t start_time;  // /proc/<pid>/stat field 22: tells a reused pid apart
-  std::byte pad[kLine - 16];
+  std::byte pad[kCacheLine - 16];
 };
-static_assert(sizeof(Control) == kLine && sizeof(Wake) == kLine && sizeof(RankRecord) == kLine);
+static_assert(sizeof(Control) == kCacheLine && sizeof(Wake) == kCacheLine && sizeof(RankRecord) == kCacheLine);
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free &&
               std::atomic<std::uint64_t>::is_always_lock_free);
 
@@ -66,13 +65,13 @@ constexpr std::size_t kRecordsOffset = sizeof(Control) + sizeof(Wake) + sizeof(A
 
 struct RetiredWord {
   std::atomic<std::uint64_t> call;  // see Segment::retired()
-  std::byte pad[kLine - 8];
+  std::byte pad[kCacheLine - 8];
 };
-static_assert(sizeof(RetiredWord) == kLine && kEntryBytes % kLine == 0);
+static_assert(sizeof(RetiredWord) == kCacheLine && kEntryBytes % kCacheLine == 0);
 
 std::size_t slot_stride(std::size_t slot_bytes) { return round_up(slot_bytes); }
-std::size_t retired_offset(int size) { return kRecordsOffset + static_cast<std::size_t>(size) * kLine; }
-std::size_t ring_offset(int size) { return retired_offset(size) + static_cast<std::size_t>(size) * kLine; }
+std::size_t retired_offset(int size) { return kRecordsOffset + static_cast<std::size_t>(size) * kCacheLine; }
+std::size_t ring_offset(int size) { return retired_offset(size) + static_cast<std::size_t>(size) * kCacheLine; }
 std::size_t slots_offset(int size) {
   return ring_offset(size) + static_cast<std::size_t>(size) * kRingStride;
 }
@@ -138,7 +137,7 @@ struct Segment::Layout {
   }
   static RankRecord& record(void* base, int rank) {
     return *reinterpret_cast<RankRecord*>(static_cast<std::byte*>(base) + kRecordsOffset +
-                                          static_cast<std::size_t>(rank) * kLine);
+                                          static_cast<std::size_t>(rank) * kCacheLine);
   }
 };
 

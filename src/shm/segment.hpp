@@ -102,6 +102,9 @@ struct SlotHeader {
 };
 static_assert(sizeof(SlotHeader) == 48);
 
+// The unit of the segment's layout: records, words and entries begin on one.
+inline constexpr std::size_t kCacheLine = 64;
+
 // The calls a rank's ring holds: how far a rooted call's writer may run
 // ahead of its readers, and how late a signature may be compared.
 inline constexpr std::uint64_t kRingDepth = 64;
@@ -113,7 +116,7 @@ inline constexpr std::size_t kEntryDataBytes = kEntryBytes - sizeof(SlotHeader);
 // that two ranks' entries of one call differ in their low 12 address bits
 // (a load from a peer's entry that matched this rank's last store there
 // would wait on it as if they were one address: "4K aliasing").
-inline constexpr std::size_t kRingStride = kRingDepth * kEntryBytes + 64;
+inline constexpr std::size_t kRingStride = kRingDepth * kEntryBytes + kCacheLine;
 
 // A fixed-size all-gather of `bytes` from every rank into `out` (rank order),
 // over whatever the communicator already has (its transport).
