@@ -49,8 +49,9 @@ struct TypeInfo {
 // every reduction, tried before describe().
 std::optional<Element> element_of_named(MPI_Datatype t);
 
-// Walks a datatype's constructors (MPI_Type_get_envelope/get_contents) for
-// its element; asks MPI for its size and extent.
+// A predefined datatype element_of_named() knows, at once; any other by
+// walking its constructors (MPI_Type_get_envelope/get_contents) for its
+// element and asking MPI for its size and extent.
 TypeInfo describe(MPI_Datatype t);
 
 // A buffer of blocks of items of one datatype (block j: count(j) items at

@@ -198,18 +198,11 @@ Route start(Interposer& it, MPI_Comm comm, Collective c) {
 // datatype is recognized by its handle; any other by its signature, so
 // that MPI_Type_contiguous(4, MPI_INT) is taken as MPI_INT is.
 Route reduction(MPI_Datatype datatype, MPI_Op op, Taken& taken) {
-  std::optional<Element> element = element_of_named(datatype);
-  if (element) {
-    const std::size_t size = chorus::size_of(element->type);
-    taken.info = TypeInfo{.valid = true, .size = size, .extent = static_cast<MPI_Aint>(size),
-                          .dense = true, .element = element};
-  } else {
-    if (datatype == MPI_DATATYPE_NULL) return Route::invalid_arguments;
-    taken.info = describe(datatype);
-    if (!taken.info.valid) return Route::invalid_arguments;
-    element = taken.info.element;
-    if (!element) return Route::datatype;
-  }
+  if (datatype == MPI_DATATYPE_NULL) return Route::invalid_arguments;
+  taken.info = describe(datatype);
+  if (!taken.info.valid) return Route::invalid_arguments;
+  const std::optional<Element>& element = taken.info.element;
+  if (!element) return Route::datatype;
   if (Route r = op_for(*element, op, taken.op); r != Route::chorus) return r;
   taken.type = element->type;
   taken.reduces = true;
