@@ -58,10 +58,12 @@ int MPI_Finalize() {
     // Communicators the program never freed: closed in creation order, the
     // same on every rank. Their entries stay until PMPI_Finalize has run the
     // attributes' delete callbacks.
+    it.generation.fetch_add(1, std::memory_order_release);
     for (auto& entry : it.entries) entry.chorus.reset();
   }
   const int rc = PMPI_Finalize();
   std::lock_guard lock(it.mutex);
+  it.generation.fetch_add(1, std::memory_order_release);
   it.entries.clear();
   return rc;
 }

@@ -93,6 +93,11 @@ void pass_from_env(bool (&pass)[kCollectiveCount]) {
   }
 }
 
+bool verbose_from_env() {
+  const char* verbose = std::getenv("CHORUS_MPI_VERBOSE");
+  return verbose != nullptr && *verbose != '\0' && std::strcmp(verbose, "0") != 0;
+}
+
 // ---- Per communicator -------------------------------------------------------
 
 Interposer& interposer() {
@@ -104,6 +109,7 @@ int delete_entry(MPI_Comm, int, void* attribute, void*) {
   auto& it = interposer();
   std::lock_guard lock(it.mutex);
   auto* entry = static_cast<CommEntry*>(attribute);
+  it.generation.fetch_add(1, std::memory_order_release);  // before any thread could miss it
   entry->chorus.reset();  // finishes its pending work, then closes
   it.entries.remove_if([&](const CommEntry& e) { return &e == entry; });
   return MPI_SUCCESS;
@@ -118,8 +124,6 @@ void set_up(Interposer& it) {
   PMPI_Add_error_class(&it.error_class);
   it.min_bytes = min_bytes_from_env();
   pass_from_env(it.pass);
-  const char* verbose = std::getenv("CHORUS_MPI_VERBOSE");
-  it.verbose = verbose != nullptr && *verbose != '\0' && std::strcmp(verbose, "0") != 0;
   it.ready.store(true, std::memory_order_release);
 }
 
@@ -130,19 +134,28 @@ bool mpi_usable() {
   return initialized && !finalized;
 }
 
-// The Chorus communicator of `comm`, made on its first taken-over call
-// (collective: every rank makes that call), or null with the route its
-// calls take instead. Connecting happens without the mutex, so that other
-// threads may use other communicators meanwhile (MPI forbids two threads
-// in collectives on one communicator).
-chorus::Communicator* communicator_of(Interposer& it, MPI_Comm comm, Route& route) {
+namespace {
+
+// The communicator this thread's last taken-over call used, and its entry.
+// A call on it again skips the mutex and MPI's attribute lookup, which were
+// a third of what the interposer added to an 8-byte MPI_Allreduce. Valid
+// while the interposer's generation is the one it was found in: removing
+// or closing any entry moves that on, and MPI forbids freeing a
+// communicator while another thread still calls on it.
+struct LastCommunicator {
+  MPI_Comm comm = MPI_COMM_NULL;
+  CommEntry* entry = nullptr;
+  std::uint64_t generation = 0;
+};
+thread_local LastCommunicator last_communicator;
+
+// `comm`'s entry, made on its first taken-over call (see communicator_of());
+// null when MPI does not know `comm`.
+CommEntry* entry_of(Interposer& it, MPI_Comm comm) {
   std::unique_lock lock(it.mutex);
   void* attribute = nullptr;
   int found = 0;
-  if (PMPI_Comm_get_attr(comm, it.keyval, &attribute, &found) != MPI_SUCCESS) {
-    route = Route::invalid_arguments;
-    return nullptr;
-  }
+  if (PMPI_Comm_get_attr(comm, it.keyval, &attribute, &found) != MPI_SUCCESS) return nullptr;
   if (!found) {
     int inter = 0, size = 0;
     PMPI_Comm_test_inter(comm, &inter);
@@ -177,6 +190,26 @@ chorus::Communicator* communicator_of(Interposer& it, MPI_Comm comm, Route& rout
     PMPI_Comm_set_attr(comm, it.keyval, attribute);
   }
   auto* entry = static_cast<CommEntry*>(attribute);
+  last_communicator = {comm, entry, it.generation.load(std::memory_order_relaxed)};
+  return entry;
+}
+
+}  // namespace
+
+// The Chorus communicator of `comm`, made on its first taken-over call
+// (collective: every rank makes that call), or null with the route its
+// calls take instead. Connecting happens without the mutex, so that other
+// threads may use other communicators meanwhile (MPI forbids two threads
+// in collectives on one communicator).
+chorus::Communicator* communicator_of(Interposer& it, MPI_Comm comm, Route& route) {
+  const LastCommunicator& last = last_communicator;
+  const bool remembered =
+      last.comm == comm && last.generation == it.generation.load(std::memory_order_acquire);
+  CommEntry* entry = remembered ? last.entry : entry_of(it, comm);
+  if (entry == nullptr) {
+    route = Route::invalid_arguments;
+    return nullptr;
+  }
   if (!entry->chorus) {
     route = entry->route == Route::chorus ? Route::finalizing : entry->route;
     return nullptr;
@@ -233,7 +266,7 @@ int comm_rank(MPI_Comm comm) {
 }
 
 void tally(Interposer& it, Collective c, Route r) {
-  it.calls[c][static_cast<int>(r)].fetch_add(1, std::memory_order_relaxed);
+  if (it.verbose) it.calls[c][static_cast<int>(r)].fetch_add(1, std::memory_order_relaxed);
 }
 
 // Reports a Chorus error through `comm`'s MPI error handler: returns the MPI

@@ -107,14 +107,26 @@ struct CommEntry {
   Route route = Route::chorus;                 // where its calls go
 };
 
+// Whether CHORUS_MPI_VERBOSE is set (neither empty nor 0).
+bool verbose_from_env();
+
 struct Interposer {
+  // CHORUS_MPI_VERBOSE: count the calls by route and print the counts at
+  // MPI_Finalize. Read when the interposer is made, so that calls before
+  // MPI_Init are counted too.
+  const bool verbose = verbose_from_env();
   // Set once by set_up(); read without the mutex on every call.
   std::atomic<bool> ready{false};
   std::size_t min_bytes = kDefaultMinBytes;
-  bool verbose = false;
   bool pass[kCollectiveCount] = {};  // CHORUS_MPI_PASS: always MPI's
-  // Calls by collective and route; counted without the mutex.
+  // Calls by collective and route, counted (without the mutex) only when
+  // verbose: the shared counter's atomic add is a tenth of what the
+  // interposer adds to a small call.
   std::atomic<unsigned long long> calls[kCollectiveCount][kRouteCount] = {};
+  // Moves on (under the mutex) whenever an entry is closed or removed: a
+  // thread's remembered entry of an older generation is looked up again
+  // (communicator_of() in pmpi_interposer.cpp).
+  std::atomic<std::uint64_t> generation{1};
 
   std::mutex mutex;  // guards everything below (MPI_THREAD_MULTIPLE programs)
   int keyval = MPI_KEYVAL_INVALID;

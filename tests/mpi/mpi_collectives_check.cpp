@@ -913,8 +913,40 @@ int check_error_reporting(bool fatal) {
   return ok ? 0 : 1;
 }
 
+// Communicators freed and made again, in one order and then the reverse:
+// MPI reuses a freed communicator's handle, and the library must not take
+// the new communicator for the one it remembers by that handle (a wrong
+// rank order shows in the gathered ranks).
+void check_reused_handles() {
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  constexpr int kItems = 1024;  // 4 KiB a rank: taken over at the default threshold
+  std::vector<int> mine(kItems), all(static_cast<std::size_t>(kItems) * size);
+  for (int round = 0; round < 6; ++round) {
+    const bool reversed = round % 2 == 1;
+    MPI_Comm comm;
+    MPI_Comm_split(MPI_COMM_WORLD, 0, reversed ? size - world_rank : world_rank, &comm);
+    int rank = 0;
+    MPI_Comm_rank(comm, &rank);
+    std::fill(mine.begin(), mine.end(), world_rank);
+    MPI_Allgather(mine.data(), kItems, MPI_INT, all.data(), kItems, MPI_INT, comm);
+    ++checked_calls;
+    for (int q = 0; q < size; ++q) {
+      const int want = reversed ? size - 1 - q : q;  // the world rank at comm rank q
+      if (all[static_cast<std::size_t>(q) * kItems] != want) {
+        fail("MPI_Allgather on a communicator made again (round " + std::to_string(round) +
+             "): block " + std::to_string(q) + " came from world rank " +
+             std::to_string(all[static_cast<std::size_t>(q) * kItems]));
+        break;
+      }
+    }
+    MPI_Comm_free(&comm);
+  }
+}
+
 // Every check, on every kind of communicator.
 void run_full_sweep(int world_rank, int world_size) {
+  check_reused_handles();
   sweep(MPI_COMM_WORLD);
   sweep_other_collectives(MPI_COMM_WORLD);
   // Halves in reverse order (ranks of the split differ from the world's),
