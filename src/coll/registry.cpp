@@ -50,14 +50,22 @@ bool reduce_scatter_halving_preferred(std::size_t total_bytes, int p) {
 }
 
 // While every rank reading every slot whole costs less than two-shot's
-// second step (measured: docs/tuning.md).
+// second step and copy out. One-shot reads (p - 1) whole buffers from its
+// peers, two-shot 2 (p - 1) / p of one, so the edge falls with p: forced
+// times, medians of 3 launches (docs/performance.md "Seventh pass"): p = 2,
+// 512 KiB: one-shot 51 us, two-shot 71-73, the ring 76-102; 1 MiB: the
+// ring 148 out of place, the three 198-208 in place. p = 3, 256 KiB: 67
+// against 77-80 (512 KiB: 135 against 142). p = 4 and 8, 64 KiB: 33 against
+// 38 and 107 against 158; 128 KiB: even at p = 4, 175 against 218 at p = 8.
 bool shm_one_shot_preferred(std::size_t bytes, int p) {
-  return bytes <= (p <= 2 ? 32 * 1024 : 8 * 1024);
+  const std::size_t kib = p <= 2 ? 512 : p == 3 ? 256 : 64;
+  return bytes <= kib * 1024;
 }
-// Two-shot copies the buffer in and the result out: at p = 2 the ring over
-// UCX's cross-memory attach (one copy each way) is faster from 512 KiB
-// (docs/performance.md); from 3 ranks two-shot wins up to its slots.
-bool shm_two_shot_preferred(std::size_t bytes, int p) { return p > 2 || bytes <= 256 * 1024; }
+// Two-shot copies the buffer in and the result out: at p = 2, beyond
+// one-shot's edge, the ring over UCX's cross-memory attach (one copy each
+// way) is faster out of place and even in place; from 3 ranks two-shot wins
+// from one-shot's edge up to its slots.
+bool shm_two_shot_preferred(std::size_t, int p) { return p > 2; }
 
 // Broadcast, reduce and allgather go through the segment at every size
 // (streamed in chunks, beyond a slot through it as through a ring buffer:

@@ -88,6 +88,18 @@ TEST(HostSegment, TheRememberedChoiceServesOnlyCallsOfItsSize) {
   }));
 }
 
+TEST(HostSegment, AllReduceOnFourRanksGoesFromOneShotToTwoShotToTheModel) {
+  expect_all_passed(testing::run_ranks(4, [](Communicator& comm) {
+    auto& engine = CommunicatorAccess::engine(comm);
+    using K = coll::CollectiveKind;
+    require(engine.choose(K::allreduce, "", 64 << 10).row->name == "shm_one_shot", "64 KiB");
+    require(engine.choose(K::allreduce, "", 128 << 10).row->name == "shm_two_shot", "128 KiB");
+    require(engine.choose(K::allreduce, "", 1 << 20).row->name == "shm_two_shot", "1 MiB");
+    // Two-shot's slot need (the buffer and a quarter) passes the 2 MiB slot.
+    require(engine.choose(K::allreduce, "", 2 << 20).row->family != "shm", "2 MiB");
+  }));
+}
+
 TEST(HostSegment, EveryCollectiveFitsItsSlotsAndChoosesShm) {
   expect_all_passed(testing::run_ranks(2, [](Communicator& comm) {
     auto& engine = CommunicatorAccess::engine(comm);
@@ -98,9 +110,9 @@ TEST(HostSegment, EveryCollectiveFitsItsSlotsAndChoosesShm) {
       require(choice.row->family == "shm" && std::string(choice.reason) == "host segment",
               std::string(coll::to_string(kind)) + " of 64 bytes: " + std::string(choice.row->name));
     }
-    // AllReduce: one-shot for small buffers, two-shot up to the slot, then the model.
+    // AllReduce at p = 2: one-shot up to 512 KiB, then the model (the ring).
     require(engine.choose(K::allreduce, "", 1024).row->name == "shm_one_shot", "1 KiB");
-    require(engine.choose(K::allreduce, "", 256 << 10).row->name == "shm_two_shot", "256 KiB");
+    require(engine.choose(K::allreduce, "", 512 << 10).row->name == "shm_one_shot", "512 KiB");
     require(engine.choose(K::allreduce, "", 1 << 20).row->family != "shm", "1 MiB at p = 2");
     require(engine.choose(K::allreduce, "", 64 << 20).row->family != "shm", "64 MiB");
     // Broadcast, reduce, allgather and alltoall: through the
