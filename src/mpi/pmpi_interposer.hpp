@@ -25,12 +25,13 @@ namespace chorus::pmpi {
 using chorus::DataType;
 using chorus::ReduceOp;
 
-// Below this many bytes Open MPI's shared-memory path is faster on one
-// host even against Chorus's host segment: through this library an 8-byte
-// MPI_Allreduce at p = 2 takes 0.65 us on Chorus against MPI's own 0.52 us
-// (the interposer's lookups cost about 0.1 us); from 1 KiB Chorus is faster
-// (docs/mpi.md has the measurement). 8-bit integer sums go to Chorus at
-// every size (connect() in pmpi_interposer.cpp).
+// Below this many bytes Open MPI's shared-memory path is as fast or faster
+// on one host even against Chorus's host segment: through this library at
+// p = 2, 8-128 B, AllReduce 0.93-0.98x of MPI's own time, broadcast and
+// reduce 0.62-0.80x, allgather, alltoall and reduce-scatter 0.80-0.97x;
+// from 1 KiB every collective is faster on Chorus (docs/mpi.md has the
+// measurement). 8-bit integer sums go to Chorus at every size (connect() in
+// pmpi_interposer.cpp).
 inline constexpr std::size_t kDefaultMinBytes = 1024;
 
 // Every wrapped collective, for the counts CHORUS_MPI_VERBOSE prints.
