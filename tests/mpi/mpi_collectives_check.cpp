@@ -910,7 +910,23 @@ int check_error_reporting(bool fatal) {
               ok ? "ok" : "WRONG");
   // The Chorus communicator behind `comm` is unusable now; MPI's is not.
   MPI_Comm_free(&comm);
-  return ok ? 0 : 1;
+  if (fatal) return ok ? 0 : 1;
+  // A send side that does not hold what the receive side describes (an
+  // erroneous program, alike on every rank): the library names it.
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  int size = 0;
+  MPI_Comm_size(comm, &size);
+  constexpr int kItems = 1024;
+  std::vector<int> send(kItems + 1), all(static_cast<std::size_t>(kItems) * size);
+  const int rc_gather = MPI_Allgather(send.data(), kItems + 1, MPI_INT, all.data(), kItems,
+                                      MPI_INT, comm);
+  MPI_Error_string(rc_gather, text, &length);
+  const bool named = rc_gather != MPI_SUCCESS && std::strstr(text, "the send buffer holds") != nullptr;
+  std::printf("rank %d: MPI_Allgather sending more than it receives returned %d: %s: %s\n",
+              world_rank, rc_gather, text, named ? "ok" : "WRONG");
+  MPI_Comm_free(&comm);
+  return ok && named ? 0 : 1;
 }
 
 // Communicators freed and made again, in one order and then the reverse:
