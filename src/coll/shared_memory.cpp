@@ -51,7 +51,8 @@ CallSignature signature_in(const shm::SlotHeader& header) {
 const shm::SlotHeader& wait_for_slot(const Collective& c, int rank, std::size_t data_bytes = 0) {
   shm::Segment& host = *c.host;
   const shm::SlotHeader& header = host.header(rank, c.sequence);
-  const std::size_t end = data_bytes <= shm::kEntryDataBytes ? sizeof(shm::SlotHeader) + data_bytes : 0;
+  const std::size_t end =
+      data_bytes <= shm::kEntryDataBytes ? sizeof(shm::SlotHeader) + data_bytes : 0;
   unsigned polls = 0;
   const auto begun = [&] {
     if (host.has_begun(rank, c.sequence)) return true;

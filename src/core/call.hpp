@@ -49,6 +49,7 @@ struct Call {
 // allgatherv: this rank's block; reduce_scatter_v: the sum of the counts;
 // alltoallv: what this rank sends in all; gatherv's
 // send count and scatterv's recv count.
-void check_arguments(coll::CollectiveKind kind, const CallArgs& args, int rank, int size, Call& call);
+void check_arguments(coll::CollectiveKind kind, const CallArgs& args, int rank, int size,
+                     Call& call);
 
 }  // namespace chorus::core

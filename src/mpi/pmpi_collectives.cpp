@@ -189,7 +189,8 @@ int reduce_scatter(const void* sendbuf, void* recvbuf, int count, const int* cou
   if (request == nullptr && taken.info.dense)
     return on_chorus(it, comm, kCollectiveNames[which], [&] {
       auto* result = static_cast<std::byte*>(recvbuf);
-      auto* input = in_place(sendbuf) ? result : static_cast<std::byte*>(const_cast<void*>(sendbuf));
+      auto* input =
+          in_place(sendbuf) ? result : static_cast<std::byte*>(const_cast<void*>(sendbuf));
       std::byte* out = in_place(sendbuf) ? input + before * taken.info.size : result;
       reduce_scatter_into(false, input, out);
       if (out != recvbuf && result_bytes) std::memmove(recvbuf, out, result_bytes);

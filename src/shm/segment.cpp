@@ -57,7 +57,8 @@ struct RankRecord {
   std::uint64_t start_time;  // /proc/<pid>/stat field 22: tells a reused pid apart
   std::byte pad[kCacheLine - 16];
 };
-static_assert(sizeof(Control) == kCacheLine && sizeof(Wake) == kCacheLine && sizeof(RankRecord) == kCacheLine);
+static_assert(sizeof(Control) == kCacheLine && sizeof(Wake) == kCacheLine &&
+              sizeof(RankRecord) == kCacheLine);
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free &&
               std::atomic<std::uint64_t>::is_always_lock_free);
 
@@ -70,8 +71,12 @@ struct RetiredWord {
 static_assert(sizeof(RetiredWord) == kCacheLine && kEntryBytes % kCacheLine == 0);
 
 std::size_t slot_stride(std::size_t slot_bytes) { return round_up(slot_bytes); }
-std::size_t retired_offset(int size) { return kRecordsOffset + static_cast<std::size_t>(size) * kCacheLine; }
-std::size_t ring_offset(int size) { return retired_offset(size) + static_cast<std::size_t>(size) * kCacheLine; }
+std::size_t retired_offset(int size) {
+  return kRecordsOffset + static_cast<std::size_t>(size) * kCacheLine;
+}
+std::size_t ring_offset(int size) {
+  return retired_offset(size) + static_cast<std::size_t>(size) * kCacheLine;
+}
 std::size_t slots_offset(int size) {
   return ring_offset(size) + static_cast<std::size_t>(size) * kRingStride;
 }

@@ -922,7 +922,8 @@ int check_error_reporting(bool fatal) {
   const int rc_gather = MPI_Allgather(send.data(), kItems + 1, MPI_INT, all.data(), kItems,
                                       MPI_INT, comm);
   MPI_Error_string(rc_gather, text, &length);
-  const bool named = rc_gather != MPI_SUCCESS && std::strstr(text, "the send buffer holds") != nullptr;
+  const bool named =
+      rc_gather != MPI_SUCCESS && std::strstr(text, "the send buffer holds") != nullptr;
   std::printf("rank %d: MPI_Allgather sending more than it receives returned %d: %s: %s\n",
               world_rank, rc_gather, text, named ? "ok" : "WRONG");
   MPI_Comm_free(&comm);
