@@ -175,27 +175,37 @@ ProbedModels& probed_models() {
   return *models;
 }
 
-// The cost model every rank already probed for `key` (rank 0's, so that all
-// choose alike), or none when any rank has not.
-std::optional<coll::CostModel> probed_before(const std::string& key, int ranks,
-                                             const shm::Allgather& allgather) {
+// A cost model that lets every rank skip the probe, and what it says of
+// where the models came from; none when any rank has no model. Each rank
+// offers its tuning file's model (which replaces the probe's anyway), else
+// the one it probed before for `key`: the probe takes every rank, so it
+// runs when any rank has neither. Rank 0's offer is returned, so that a
+// model probed before is the same on every rank and all choose alike.
+std::optional<std::pair<coll::CostModel, std::string>> model_every_rank_has(
+    const std::string& key, int ranks, const std::optional<coll::CostModel>& from_file,
+    const shm::Allgather& allgather) {
+  enum : std::uint8_t { none, probed_before, tuning_file };
   struct Offer {
-    std::uint8_t have = 0;
+    std::uint8_t from = none;
     coll::CostModel model;
   } mine;
-  {
+  if (from_file) {
+    mine = {tuning_file, *from_file};
+  } else {
     auto& models = probed_models();
     std::lock_guard lock(models.mutex);
-    if (auto found = models.by_key.find(key); found != models.by_key.end()) {
-      mine.have = 1;
-      mine.model = found->second;
-    }
+    if (auto found = models.by_key.find(key); found != models.by_key.end())
+      mine = {probed_before, found->second};
   }
   std::vector<Offer> offers(static_cast<std::size_t>(ranks));
   allgather(&mine, sizeof mine, offers.data());
-  for (const Offer& offer : offers)
-    if (!offer.have) return std::nullopt;
-  return offers[0].model;
+  bool files = false;
+  for (const Offer& offer : offers) {
+    if (offer.from == none) return std::nullopt;
+    files = files || offer.from == tuning_file;
+  }
+  return std::pair{offers[0].model, std::string(files ? "no probe: every rank had a model"
+                                                      : "probed before in this process")};
 }
 
 }  // namespace
@@ -246,27 +256,28 @@ Communicator::Impl::Impl(std::unique_ptr<transport::Transport> t,
   // Threads share the log; a split communicator's rank is not the process's.
   if (transport->name() != "local" && !split) log::set_rank(transport->rank());
 
-  // Every rank probes (so that ranks with and without a tuning file still
-  // meet); a tuning file's model, when it has one, replaces the probe's.
+  // No rank probes when every rank has a model already (probed before in
+  // this process, or its tuning file's); otherwise every rank probes, also
+  // one with a tuning file, so that the ranks without one still meet. A
+  // tuning file's model then replaces the probe's.
   coll::CostModel model;
-  std::string source = "parent communicator";
   if (inherited) {
     model = *inherited;
+    cost_model_source = "parent communicator";
   } else {
     const std::string key = fmt::format("{}|{}|{}|{}", transport->name(), topology->describe(),
                                         host ? 1 : 0, check_calls ? 1 : 0);
-    if (auto earlier = probed_before(key, transport->size(), allgather)) {
-      model = *earlier;
-      source = "probed before in this process";
+    if (auto agreed = model_every_rank_has(key, transport->size(), tuning.model, allgather)) {
+      std::tie(model, cost_model_source) = std::move(*agreed);
     } else {
       coll::Collective probe{*transport, 0, transport::deadline_after(timeout_seconds), nullptr,
                              &abort_requested, &scratch};
       probe.topology = &*topology;  // the levels of hosts are measured too
       const auto start = transport::Clock::now();
       model = coll::probe_cost_model(probe, check_calls);
-      source = fmt::format("probe, {:.0f} ms",
-                           std::chrono::duration<double, std::milli>(transport::Clock::now() - start)
-                               .count());
+      cost_model_source = fmt::format(
+          "probe, {:.0f} ms",
+          std::chrono::duration<double, std::milli>(transport::Clock::now() - start).count());
       auto& models = probed_models();
       std::lock_guard lock(models.mutex);
       models.by_key.emplace(key, model);
@@ -274,12 +285,13 @@ Communicator::Impl::Impl(std::unique_ptr<transport::Transport> t,
   }
   if (tuning.model) {
     model = *tuning.model;
-    source = "tuning file";
+    cost_model_source = "tuning file; " + cost_model_source;
   }
   const std::string& allreduce_forced = forced_by_env[0].empty() ? communicator_choice[0] : forced_by_env[0];
   log::info("communicator: rank {} of {} over {}, {}; cost model ({}): alpha {:.2f} us, overhead "
             "{:.2f} us, beta {:.3f} GB/s, gamma {:.3f} GB/s; allreduce algorithm {}{}",
-            transport->rank(), transport->size(), transport->name(), topology->describe(), source,
+            transport->rank(), transport->size(), transport->name(), topology->describe(),
+            cost_model_source,
             us(model.alpha),
             us(model.overhead), model.beta > 0 ? 1e-9 / model.beta : 0.0,
             model.gamma > 0 ? 1e-9 / model.gamma : 0.0,

@@ -81,6 +81,7 @@ struct Communicator::Impl {
   std::optional<Error> error() const;
   Counters counters() const;
   const coll::CostModel& cost_model() const { return selector->model(); }
+  const std::string& cost_model_origin() const { return cost_model_source; }
 
   std::shared_ptr<bootstrap::Store> store;  // outlives the transport
   std::unique_ptr<transport::Transport> transport;
@@ -142,6 +143,12 @@ struct Communicator::Impl {
   AlgorithmNames communicator_choice;  // Options::algorithm(s)
   bool check_calls = true;        // CHORUS_CHECK: run the call check beside every call
   std::unique_ptr<coll::Selector> selector;
+  // Where the cost model came from, as the INFO line says (and
+  // cost_model_origin()): "probe, N ms",
+  // "probed before in this process", "no probe: every rank had a model"
+  // (some from their tuning files), "parent communicator"; after "tuning
+  // file; " where this rank's tuning file's model replaced it.
+  std::string cost_model_source;
   // The last automatic choice of each collective: its size in the upper 56
   // bits, the chosen row's id in the low 8 (0: none yet). One word, so that
   // threads making calls at once read a whole entry, never half of two.

@@ -111,6 +111,25 @@ TEST(Communicator, ASecondCommunicatorOfTheSameLayoutReusesTheProbedCostModel) {
   }
 }
 
+// Where every rank's tuning file holds a model, which replaces the probe's
+// anyway, no rank probes: every rank takes its file's model, and says so.
+TEST(Communicator, EveryRankWithATuningFileModelSkipsTheProbe) {
+  const testing::ModelOnlyTuningFile file(::testing::TempDir(), 7e-6);
+  constexpr int p = 3;
+  std::vector<std::string> sources(p);
+  std::vector<double> alphas(p);
+  expect_all_ok(run_ranks(p, [&](Communicator& comm) {
+    const auto& engine = CommunicatorAccess::engine(comm);
+    sources[static_cast<std::size_t>(comm.rank())] = engine.cost_model_origin();
+    alphas[static_cast<std::size_t>(comm.rank())] = engine.cost_model().alpha;
+  }));
+  for (int r = 0; r < p; ++r) {
+    EXPECT_EQ(sources[static_cast<std::size_t>(r)], "tuning file; no probe: every rank had a model")
+        << "rank " << r;
+    EXPECT_DOUBLE_EQ(alphas[static_cast<std::size_t>(r)], 7e-6) << "rank " << r;
+  }
+}
+
 TEST(Communicator, CommunicatorWideAlgorithmIsUsedUnlessACallSaysOtherwise) {
   Options options;
   options.algorithm = Algorithm::tree;
