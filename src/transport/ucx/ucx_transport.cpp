@@ -159,9 +159,17 @@ UcxTransport::~UcxTransport() {
     if (p->ucx && (!p->request->is_send() || p->awaits_ack)) to_cancel.push_back(p->ucx);
   for (void* handle : to_cancel) ucp_request_cancel(s.worker, handle);
   if (s.notice_request) ucp_request_cancel(s.worker, s.notice_request);
+  // After an abort the endpoints are closed already, and progress could
+  // only take in what the peers sent since: UCX answers a peer's keepalive
+  // check of a closed endpoint by attaching that peer's shared memory, which
+  // fails ("shmat(...) failed", "mm ep failed to connect to remote FIFO")
+  // when the peer has freed its side meanwhile, as MPI_Comm_free after a
+  // failed call does on every rank. Nothing of this rank's needs it then.
+  const bool closed_by_abort = !s.abort_text.empty();
   close_endpoints(s);
-  while (ucp_worker_progress(s.worker) != 0) {
-  }
+  if (!closed_by_abort)
+    while (ucp_worker_progress(s.worker) != 0) {
+    }
   drop_unexpected(s);
   ucp_worker_destroy(s.worker);
   ucp_cleanup(s.context);
