@@ -143,11 +143,10 @@ struct Communicator::Impl {
   AlgorithmNames communicator_choice;  // Options::algorithm(s)
   bool check_calls = true;        // CHORUS_CHECK: run the call check beside every call
   std::unique_ptr<coll::Selector> selector;
-  // Where the cost model came from, as the INFO line says (and
-  // cost_model_origin()): "probe, N ms",
-  // "probed before in this process", "no probe: every rank had a model"
-  // (some from their tuning files), "parent communicator"; after "tuning
-  // file; " where this rank's tuning file's model replaced it.
+  // Where the cost model came from (the INFO line, cost_model_origin()):
+  // "probe, N ms", "probed before in this process", "no probe: every rank
+  // had a model" (some from their tuning files) or "parent communicator";
+  // after "tuning file; " where this rank's tuning file's model replaced it.
   std::string cost_model_source;
   // The last automatic choice of each collective: its size in the upper 56
   // bits, the chosen row's id in the low 8 (0: none yet). One word, so that

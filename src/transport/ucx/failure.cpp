@@ -199,6 +199,7 @@ void UcxTransport::abort(const std::string& reason) {
   State& s = *state_;
   // Tell every live peer why, best effort and briefly: a notice is small and
   // goes eagerly; a peer that cannot take it is gone anyway.
+  s.aborted = true;
   s.abort_text = reason.substr(0, s.kNoticeBytes);
   std::vector<void*> sent;
   for (int r = 0; r < size(); ++r) {

@@ -189,6 +189,7 @@ struct UcxTransport::State {
   bool notice_closed = false;  // cancelled at close: not to be posted again
   std::vector<std::pair<int, std::string>> notices;  // (rank, reason) not yet handled
   std::string abort_text;                            // what this rank sends when it aborts
+  bool aborted = false;  // abort() ran: the endpoints are closed
 
   // Sends and receives UCX still holds, in a list threaded through the
   // records themselves; records are recycled, so a message costs no
