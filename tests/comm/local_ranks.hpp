@@ -47,10 +47,9 @@ inline std::vector<RankOutcome> run_ranks(int p, const std::function<void(Commun
 
 // While it lives, CHORUS_TUNING_FILE names a tuning file in `dir` (its name
 // this process's own) that holds only a cost model (`alpha` seconds a step,
-// and fixed others): the communicators
-// made meanwhile take that model without probing (the probe is most of the
-// time of a test whose calls name their algorithms: about a second at p = 4
-// on two cores).
+// and fixed others): the communicators made meanwhile take that model
+// without probing (the probe is most of the time of a test whose calls name
+// their algorithms: about a second at p = 4 on two cores).
 class ModelOnlyTuningFile {
  public:
   explicit ModelOnlyTuningFile(const std::string& dir, double alpha = 2e-6)

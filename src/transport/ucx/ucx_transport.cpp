@@ -165,9 +165,8 @@ UcxTransport::~UcxTransport() {
   // fails ("shmat(...) failed", "mm ep failed to connect to remote FIFO")
   // when the peer has freed its side meanwhile, as MPI_Comm_free after a
   // failed call does on every rank. Nothing of this rank's needs it then.
-  const bool closed_by_abort = s.aborted;
   close_endpoints(s);
-  if (!closed_by_abort)
+  if (!s.aborted)
     while (ucp_worker_progress(s.worker) != 0) {
     }
   drop_unexpected(s);
