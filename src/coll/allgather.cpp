@@ -15,6 +15,7 @@
 #include "coll/collectives.hpp"
 
 #include "coll/patterns/ring.hpp"
+#include "common/copy.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -28,7 +29,7 @@ void allgather_bruck(const Collective& c, const void* send, void* recv, std::siz
   transport::Transport& t = c.transport;
   const int p = t.size(), r = t.rank();
   std::byte* gathered = c.scratch_buffer(0, block * static_cast<std::size_t>(p));
-  std::memcpy(gathered, send, block);
+  copy_memory(gathered, send, block);
   unsigned step = 0;
   for (int distance = 1; distance < p; distance *= 2, ++step) {
     const auto blocks = static_cast<std::size_t>(std::min(distance, p - distance));
@@ -42,7 +43,7 @@ void allgather_bruck(const Collective& c, const void* send, void* recv, std::siz
   // gathered[i] is rank (r + i)'s block.
   auto* out = static_cast<std::byte*>(recv);
   for (int i = 0; i < p; ++i)
-    std::memcpy(out + static_cast<std::size_t>((r + i) % p) * block,
+    copy_memory(out + static_cast<std::size_t>((r + i) % p) * block,
                 gathered + static_cast<std::size_t>(i) * block, block);
 }
 

@@ -16,6 +16,7 @@
 //     s = 2: r -> r+2, r <- r-2               step 1 (bit 1): indices 2, 3 move 2 ranks on
 //     s = 3: r -> r+3, r <- r-3
 #include "coll/collectives.hpp"
+#include "common/copy.hpp"
 
 #include <cstring>
 #include <vector>
@@ -35,12 +36,12 @@ void alltoall_bruck(const Collective& c, const void* send, void* recv, std::size
   std::byte* incoming = c.scratch_buffer(2, block * (ranks / 2 + 1));
   const auto* in = static_cast<const std::byte*>(send);
   for (std::size_t i = 0; i < ranks; ++i)
-    std::memcpy(at(blocks, i), in + (static_cast<std::size_t>(r) + i) % ranks * block, block);
+    copy_memory(at(blocks, i), in + (static_cast<std::size_t>(r) + i) % ranks * block, block);
   unsigned step = 0;
   for (std::size_t k = 1; k < ranks; k <<= 1, ++step) {
     std::size_t moving = 0;
     for (std::size_t i = k; i < ranks; ++i)
-      if (i & k) std::memcpy(at(outgoing, moving++), at(blocks, i), block);
+      if (i & k) copy_memory(at(outgoing, moving++), at(blocks, i), block);
     const transport::Tag tag = c.message_tag(0, step, 0);
     const int distance = static_cast<int>(k);
     auto got = t.irecv((r - distance + p) % p, tag, incoming, moving * block);
@@ -49,11 +50,11 @@ void alltoall_bruck(const Collective& c, const void* send, void* recv, std::size
     c.wait(*sent);
     moving = 0;
     for (std::size_t i = k; i < ranks; ++i)
-      if (i & k) std::memcpy(at(blocks, i), at(incoming, moving++), block);
+      if (i & k) copy_memory(at(blocks, i), at(incoming, moving++), block);
   }
   auto* out = static_cast<std::byte*>(recv);
   for (std::size_t i = 0; i < ranks; ++i)
-    std::memcpy(out + (static_cast<std::size_t>(r) + ranks - i) % ranks * block, at(blocks, i), block);
+    copy_memory(out + (static_cast<std::size_t>(r) + ranks - i) % ranks * block, at(blocks, i), block);
 }
 
 void alltoallv(const Collective& c, const void* send, const BlockLayout& send_blocks, void* recv,
@@ -66,7 +67,7 @@ void alltoallv(const Collective& c, const void* send, const BlockLayout& send_bl
   auto* out = static_cast<std::byte*>(recv);
   // The communicator has checked that this rank sends itself what it expects.
   if (const std::size_t own = send_blocks.bytes(r, esize))
-    std::memcpy(out + recv_blocks.offset(r, esize), in + send_blocks.offset(r, esize), own);
+    copy_memory(out + recv_blocks.offset(r, esize), in + send_blocks.offset(r, esize), own);
   if (p == 1) return;
   // All requests are waited on together, so that any peer's failure ends
   // the call at once; the receives are then checked for whole messages.

@@ -1,6 +1,7 @@
 #include "coll/direct.hpp"
 
 #include "coll/patterns/chunks.hpp"
+#include "common/copy.hpp"
 #include "reduce/reduce.hpp"
 
 #include <algorithm>
@@ -43,13 +44,13 @@ void direct_one_shot_allreduce(const Collective& c, const void* send, void* recv
   const int p = t.size(), r = t.rank();
   const std::size_t bytes = count * size_of(type);
   if (p == 1) {
-    if (send != recv && bytes) std::memcpy(recv, send, bytes);
+    if (send != recv) copy_memory(recv, send, bytes);
     return;
   }
   // Slot q holds rank q's contribution; ours too, since recv may be send.
   std::byte* slots = c.scratch_buffer(0, static_cast<std::size_t>(p) * bytes);
   auto slot = [&](int q) { return slots + static_cast<std::size_t>(q) * bytes; };
-  if (bytes) std::memcpy(slot(r), send, bytes);
+  copy_memory(slot(r), send, bytes);
   const auto whole = [&](int) { return bytes; };
   all_to_all(
       c, 0, [&](int) { return slot(r); }, whole, [&](int q) { return slot(q); }, whole);
@@ -63,7 +64,7 @@ void direct_two_shot_allreduce(const Collective& c, const void* send, void* recv
   const int p = t.size(), r = t.rank();
   const std::size_t esize = size_of(type);
   if (p == 1) {
-    if (send != recv && count) std::memcpy(recv, send, count * esize);
+    if (send != recv) copy_memory(recv, send, count * esize);
     return;
   }
   const auto up = static_cast<std::size_t>(p);
@@ -78,7 +79,7 @@ void direct_two_shot_allreduce(const Collective& c, const void* send, void* recv
   // copied in too, since recv may be send and is written below.
   std::byte* slots = c.scratch_buffer(0, up * mine * esize);
   auto slot = [&](int q) { return slots + static_cast<std::size_t>(q) * mine * esize; };
-  if (mine) std::memcpy(slot(r), in + chunk_offset(r), mine * esize);
+  copy_memory(slot(r), in + chunk_offset(r), mine * esize);
   const auto chunk_bytes = [&](int q) { return chunk_count(q) * esize; };
   const auto my_chunk_bytes = [&](int) { return mine * esize; };
   all_to_all(

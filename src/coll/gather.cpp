@@ -8,6 +8,7 @@
 //   rank 2 --block 2--+--> root 0 (all p - 1 receives posted at once)
 //   rank 3 --block 3--+
 #include "coll/collectives.hpp"
+#include "common/copy.hpp"
 
 #include <cstring>
 #include <vector>
@@ -30,7 +31,7 @@ void gatherv(const Collective& c, const void* send, std::size_t send_count, void
     if (j != root) receives.push_back(t.irecv(j, tag, out + blocks.offset(j, esize), blocks.bytes(j, esize)));
   // The communicator has checked that the root sends itself what it expects.
   if (send_count && out + blocks.offset(root, esize) != send)
-    std::memcpy(out + blocks.offset(root, esize), send, send_count * esize);
+    copy_memory(out + blocks.offset(root, esize), send, send_count * esize);
   c.wait_all(receives);  // any peer's failure ends the call at once
   for (const auto& receive : receives) expect_whole(c, *receive, esize, "recv_counts");
 }

@@ -2,6 +2,7 @@
 
 #include "coll/fold.hpp"
 #include "coll/patterns/halving.hpp"
+#include "common/copy.hpp"
 
 #include "reduce/reduce.hpp"
 
@@ -20,7 +21,7 @@ void halving_doubling_allreduce(const Collective& c, const void* send, void* rec
   const std::size_t esize = size_of(type);
   const std::size_t bytes = count * esize;
   auto* out = static_cast<std::byte*>(recv);
-  if (send != recv && bytes) std::memcpy(out, send, bytes);
+  if (send != recv) copy_memory(out, send, bytes);
   if (p == 1) return;
 
   PowerOfTwoFold fold(c, out, count, type, op);

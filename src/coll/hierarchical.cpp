@@ -2,6 +2,7 @@
 
 #include "coll/patterns/chunks.hpp"
 #include "coll/topology.hpp"
+#include "common/copy.hpp"
 #include "common/logging.hpp"
 #include "reduce/reduce.hpp"
 
@@ -160,7 +161,7 @@ class Pipeline {
     const Range mine = shard(piece, local_rank_);
     std::byte* sum = out(mine);
     if (local_.size() == 1) {
-      if (sum != in(mine) && mine.count > 0) std::memcpy(sum, in(mine), mine.count * esize_);
+      if (sum != in(mine) && mine.count > 0) copy_memory(sum, in(mine), mine.count * esize_);
     }
     bool first = true;
     for (int q = 0; q < static_cast<int>(local_.size()); ++q) {
@@ -290,7 +291,7 @@ void hierarchical_allgather(const Collective& c, const void* send, void* recv, s
   const std::vector<int> across = topology.peers_across_hosts(local_rank);
   auto* out = static_cast<std::byte*>(recv);
   auto at = [&](int rank) { return out + static_cast<std::size_t>(rank) * block; };
-  if (send != at(me)) std::memcpy(at(me), send, block);
+  if (send != at(me)) copy_memory(at(me), send, block);
   // Blocks move in pieces (hierarchical.hpp), each forwarded within the
   // host as soon as it is here. Tags: phase 0 across hosts, 1 within; the
   // step is the host whose block it is, the segment the piece.
@@ -423,7 +424,7 @@ void hierarchical_reduce_scatter(const Collective& c, const void* send, void* re
         return at(from_local, i) + offset_of_piece(k);
       };
       if (per_host == 1) {
-        std::memcpy(out, contribution(0), bytes_of_piece(k));
+        copy_memory(out, contribution(0), bytes_of_piece(k));
       } else {
         reduce::reduce(out, contribution(0), contribution(1), piece.size(k), type, sum_op);
         for (int q = 2; q < per_host; ++q)
@@ -443,7 +444,7 @@ void hierarchical_reduce_scatter(const Collective& c, const void* send, void* re
     };
     std::byte* out = result + offset_of_piece(k);
     if (hosts == 1) {
-      std::memcpy(out, from(0), bytes_of_piece(k));
+      copy_memory(out, from(0), bytes_of_piece(k));
     } else {
       reduce::reduce(out, from(0), from(1), piece.size(k), type, sum_op);
       for (int g = 2; g < hosts; ++g) reduce::reduce(out, from(g), piece.size(k), type, sum_op);
@@ -647,14 +648,14 @@ void hierarchical_reduce(const Collective& c, const void* send, void* recv, std:
     for (int q = 0; q < per_host; ++q)
       if (q != s.local_rank) c.wait(*within[static_cast<std::size_t>(q) * pieces + k]);
     if (in_place && mine.count > 0)
-      std::memcpy(partials + packed[k] * s.esize, in + mine.first * s.esize, s.bytes(mine));
+      copy_memory(partials + packed[k] * s.esize, in + mine.first * s.esize, s.bytes(mine));
     auto from = [&](int q) -> const std::byte* {
       if (q != s.local_rank) return contribution(q, k);
       return in_place ? partials + packed[k] * s.esize : in + mine.first * s.esize;
     };
     // This host's ranks in local-rank order, then the chain's partial first.
     if (per_host == 1) {
-      if (sum != from(0) && mine.count > 0) std::memcpy(sum, from(0), s.bytes(mine));
+      if (sum != from(0) && mine.count > 0) copy_memory(sum, from(0), s.bytes(mine));
     } else if (mine.count > 0) {
       reduce::reduce(sum, from(0), from(1), mine.count, type, sum_op);
       for (int q = 2; q < per_host; ++q) reduce::reduce(sum, from(q), mine.count, type, sum_op);

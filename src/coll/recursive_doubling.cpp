@@ -1,6 +1,7 @@
 #include "coll/recursive_doubling.hpp"
 
 #include "coll/fold.hpp"
+#include "common/copy.hpp"
 
 #include "reduce/reduce.hpp"
 
@@ -16,7 +17,7 @@ void recursive_doubling_allreduce(const Collective& c, const void* send, void* r
   transport::Transport& t = c.transport;
   const int p = t.size();
   const std::size_t bytes = count * size_of(type);
-  if (send != recv && bytes) std::memcpy(recv, send, bytes);
+  if (send != recv) copy_memory(recv, send, bytes);
   if (p == 1) return;
 
   PowerOfTwoFold fold(c, recv, count, type, op);

@@ -13,6 +13,7 @@
 
 #include "coll/patterns/halving.hpp"
 #include "coll/patterns/ring.hpp"
+#include "common/copy.hpp"
 #include "reduce/reduce.hpp"
 
 #include <fmt/format.h>
@@ -32,7 +33,7 @@ bool nothing_to_exchange(const Collective& c, const void* send, void* recv,
   if (p > 1 && largest > 0) return false;
   // Only a lone rank has a non-empty block here, and it is the first.
   const std::size_t mine = counts[static_cast<std::size_t>(r)] * size_of(type);
-  if (mine && recv != send) std::memcpy(recv, send, mine);
+  if (recv != send) copy_memory(recv, send, mine);
   return true;
 }
 
@@ -53,7 +54,7 @@ void reduce_scatter_halving(const Collective& c, const void* send, void* recv,
   const std::size_t esize = size_of(type);
   const std::size_t total = blocks.offset(p - 1, esize) + blocks.bytes(p - 1, esize);
   std::byte* work = c.scratch_buffer(0, total);
-  std::memcpy(work, send, total);
+  copy_memory(work, send, total);
   recursive_halving(c,
                     {.blocks = blocks,
                      .p2 = p,
@@ -64,7 +65,7 @@ void reduce_scatter_halving(const Collective& c, const void* send, void* recv,
                      .phase = phase},
                     work, c.scratch_buffer(1, total), 0);
   const std::size_t mine = blocks.bytes(r, esize);
-  if (mine) std::memcpy(recv, work + blocks.offset(r, esize), mine);
+  copy_memory(recv, work + blocks.offset(r, esize), mine);
   if (op == ReduceOp::avg && mine) reduce::divide(recv, mine / esize, type, static_cast<std::size_t>(p));
 }
 

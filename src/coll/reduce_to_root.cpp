@@ -16,6 +16,7 @@
 #include "coll/collectives.hpp"
 
 #include "coll/patterns/tree_reduce.hpp"
+#include "common/copy.hpp"
 #include "reduce/reduce.hpp"
 
 #include <algorithm>
@@ -54,7 +55,7 @@ void reduce_binomial(const Collective& c, const void* send, void* recv, std::siz
     if (blocker) c.wait(*blocker, [&] { tree.advance(); });
   }
   if (r != root || bytes == 0) return;
-  if (lone && own != input) std::memcpy(own, input, bytes);  // p == 1
+  if (lone && own != input) copy_memory(own, input, bytes);  // p == 1
   if (op == ReduceOp::avg) reduce::divide(own, count, type, static_cast<std::size_t>(p));
 }
 

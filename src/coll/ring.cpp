@@ -6,6 +6,7 @@
 
 #include "coll/patterns/ring.hpp"
 #include "coll/topology.hpp"
+#include "common/copy.hpp"
 
 #include <cstring>
 
@@ -18,7 +19,7 @@ void ring_allreduce(const Collective& c, const void* send, void* recv, std::size
   auto* out = static_cast<std::byte*>(recv);
   const auto* in = static_cast<const std::byte*>(send);
   if (p == 1) {
-    if (send != recv && count) std::memcpy(out, in, count * esize);
+    if (send != recv) copy_memory(out, in, count * esize);
     return;  // avg over one rank divides by 1
   }
   const BlockLayout blocks = BlockLayout::near_equal(count, p);

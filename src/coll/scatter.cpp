@@ -7,6 +7,7 @@
 //   root 0 ----+--block 2--> rank 2   (all p - 1 sends posted at once)
 //              +--block 3--> rank 3
 #include "coll/collectives.hpp"
+#include "common/copy.hpp"
 
 #include <cstring>
 #include <vector>
@@ -29,7 +30,7 @@ void scatterv(const Collective& c, const void* send, const BlockLayout& blocks, 
     if (j != root) sends.push_back(t.isend(j, tag, in + blocks.offset(j, esize), blocks.bytes(j, esize)));
   // The communicator has checked that the root sends itself what it expects.
   if (recv_count && in + blocks.offset(root, esize) != recv)
-    std::memcpy(recv, in + blocks.offset(root, esize), recv_count * esize);
+    copy_memory(recv, in + blocks.offset(root, esize), recv_count * esize);
   c.wait_all(sends);
 }
 

@@ -3,6 +3,7 @@
 #include "coll/patterns/chunks.hpp"
 #include "coll/registry.hpp"
 #include "coll/topology.hpp"
+#include "common/copy.hpp"
 #include "reduce/reduce.hpp"
 #include "shm/segment.hpp"
 
@@ -17,12 +18,6 @@ namespace {
 
 static_assert(std::is_trivially_copyable_v<CallSignature> &&
               sizeof(CallSignature) <= sizeof(shm::SlotHeader::signature));
-
-// memcpy without its rule that even 0 bytes need valid pointers (a call of
-// count 0 may pass null buffers).
-void copy_bytes(void* to, const void* from, std::size_t bytes) {
-  if (bytes > 0) std::memcpy(to, from, bytes);
-}
 
 // What a wait on the segment runs while it sleeps: the abort flag.
 auto abort_poll(const Collective& c) {
@@ -186,7 +181,7 @@ void wait_streamed(const Collective& c, int rank, std::size_t bytes) {
 // Copies `bytes` from `source` into this rank's slot and publishes it.
 void contribute(const Collective& c, const void* source, std::size_t bytes) {
   std::byte* slot = begin_slot(c, bytes);
-  copy_bytes(slot, source, bytes);
+  copy_memory(slot, source, bytes);
   c.host->publish(c.sequence, bytes);
 }
 
@@ -215,7 +210,7 @@ void contribute_streaming(const Collective& c, const void* source, std::size_t b
       });
       readers_checked = true;
     }
-    std::memcpy(slot + at % window, static_cast<const std::byte*>(source) + at, n);
+    copy_memory(slot + at % window, static_cast<const std::byte*>(source) + at, n);
     c.host->stream(c.sequence, at + n);
   }
 }
@@ -315,8 +310,8 @@ void shm_two_shot_allreduce(const Collective& c, const Operands& o) {
   std::byte* slot = begin_slot(c, shm_two_shot_need(bytes, p));
   const auto* in = static_cast<const std::byte*>(o.send);
   const std::size_t own_end = first(r) + length(r) * esize;
-  copy_bytes(slot, in, first(r));
-  copy_bytes(slot + own_end, in + own_end, bytes - own_end);
+  copy_memory(slot, in, first(r));
+  copy_memory(slot + own_end, in + own_end, bytes - own_end);
   host.publish(c.sequence, bytes);
   reduce_slots(c, slot + reduced_offset(bytes), first(r), length(r), bytes, o.type, o.op,
                in + first(r));
@@ -326,7 +321,7 @@ void shm_two_shot_allreduce(const Collective& c, const Operands& o) {
     host.wait([&] { return host.has_done_second(q, c.sequence); }, c.deadline, abort_poll(c), [&] {
       return fmt::format("rank {} to reduce its chunk of call #{}", q, c.sequence);
     });
-    copy_bytes(out + first(q), host.data(q, c.sequence) + reduced_offset(bytes), length(q) * esize);
+    copy_memory(out + first(q), host.data(q, c.sequence) + reduced_offset(bytes), length(q) * esize);
   }
 }
 
@@ -385,12 +380,12 @@ void shm_broadcast(const Collective& c, const Operands& o) {
   contribute(c, nullptr, 0);
   fetch_ahead(c, o.root);
   const std::byte* from = wait_for_data(c, o.root, bytes);
-  if (!streams(bytes)) return copy_bytes(o.recv, from, bytes);
+  if (!streams(bytes)) return copy_memory(o.recv, from, bytes);
   const std::size_t window = stream_window(c, bytes);
   for (std::size_t at = 0; at < bytes; at += kStreamChunkBytes) {  // as the root streams them in
     const std::size_t n = std::min(kStreamChunkBytes, bytes - at);
     wait_streamed(c, o.root, at + n);
-    std::memcpy(static_cast<std::byte*>(o.recv) + at, from + at % window, n);
+    copy_memory(static_cast<std::byte*>(o.recv) + at, from + at % window, n);
     if (window < bytes) c.host->stream(c.sequence, at + n);  // consumed: the root may reuse it
   }
 }
@@ -478,13 +473,13 @@ void shm_allgather_streaming(const Collective& c, const Operands& o, std::size_t
   const std::size_t chunk = kStreamChunkBytes;
   exchange_streaming(
       c, block, chunks_of(block, chunk), chunk,
-      [&](std::size_t i, std::byte* at) { std::memcpy(at, in + i * chunk, chunk_length(block, chunk, i)); },
+      [&](std::size_t i, std::byte* at) { copy_memory(at, in + i * chunk, chunk_length(block, chunk, i)); },
       [&](std::size_t i, auto&& round_of) {
         const std::size_t n = chunk_length(block, chunk, i);
         for (int q = 0; q < p; ++q) {
           std::byte* to = out + static_cast<std::size_t>(q) * block + i * chunk;
-          if (q != me) std::memcpy(to, round_of(q), n);
-          else if (in != own_place) std::memcpy(to, in + i * chunk, n);
+          if (q != me) copy_memory(to, round_of(q), n);
+          else if (in != own_place) copy_memory(to, in + i * chunk, n);
         }
       });
 }
@@ -495,7 +490,7 @@ void shm_allgather(const Collective& c, const Operands& o) {
   contribute(c, o.send, block);
   auto* out = static_cast<std::byte*>(o.recv);
   for (int q = 0; q < c.host->size(); ++q)
-    copy_bytes(out + static_cast<std::size_t>(q) * block, wait_for_data(c, q, block), block);
+    copy_memory(out + static_cast<std::size_t>(q) * block, wait_for_data(c, q, block), block);
 }
 
 void shm_reduce_scatter(const Collective& c, const Operands& o) {
@@ -534,13 +529,13 @@ void shm_alltoall_streaming(const Collective& c, const Operands& o, std::size_t 
       chunk * static_cast<std::size_t>(p - 1),
       [&](std::size_t i, std::byte* round) {
         for (int q = 0; q < p; ++q)
-          if (q != me) std::memcpy(round + place_in_round(me, q), in + at(q, i), chunk_length(block, chunk, i));
+          if (q != me) copy_memory(round + place_in_round(me, q), in + at(q, i), chunk_length(block, chunk, i));
       },
       [&](std::size_t i, auto&& round_of) {
         const std::size_t n = chunk_length(block, chunk, i);
         for (int q = 0; q < p; ++q) {
           const std::byte* from = q == me ? in + at(q, i) : round_of(q) + place_in_round(q, me);
-          std::memcpy(out + at(q, i), from, n);
+          copy_memory(out + at(q, i), from, n);
         }
       });
 }
@@ -563,7 +558,7 @@ void shm_alltoall(const Collective& c, const Operands& o) {
   const std::size_t mine = block * static_cast<std::size_t>(c.host->rank());
   auto* out = static_cast<std::byte*>(o.recv);
   for (int q = 0; q < c.host->size(); ++q)
-    copy_bytes(out + static_cast<std::size_t>(q) * block, wait_for_data(c, q, total) + mine, block);
+    copy_memory(out + static_cast<std::size_t>(q) * block, wait_for_data(c, q, total) + mine, block);
 }
 
 void shm_gather(const Collective& c, const Operands& o) {
@@ -573,7 +568,7 @@ void shm_gather(const Collective& c, const Operands& o) {
     fetch_ahead_from_all(c);
     auto* out = static_cast<std::byte*>(o.recv);
     for (int q = 0; q < c.host->size(); ++q)
-      copy_bytes(out + static_cast<std::size_t>(q) * block, wait_for_data(c, q, block), block);
+      copy_memory(out + static_cast<std::size_t>(q) * block, wait_for_data(c, q, block), block);
   }
   // As a reduce's: the root compared every signature, the others do later.
 }
@@ -585,7 +580,7 @@ void shm_scatter(const Collective& c, const Operands& o) {
   contribute(c, o.send, root ? total : 0);
   if (!root) fetch_ahead(c, o.root);
   const std::byte* from = wait_for_data(c, o.root, total);
-  copy_bytes(o.recv, from + block * static_cast<std::size_t>(c.host->rank()), block);
+  copy_memory(o.recv, from + block * static_cast<std::size_t>(c.host->rank()), block);
   // As a broadcast's: the others compared the root's signature, the root does later.
 }
 
@@ -622,14 +617,14 @@ void shm_hierarchical_allreduce(const Collective& c_all, const Operands& o) {
   const int me = c.transport.rank();
   std::byte* slot = begin_slot(c, shm_hierarchical_need(bytes, host.size()));
   if (host.rank() != 0) {  // not the leader: its input in the slot, the result from the leader's
-    copy_bytes(slot, o.send, bytes);
+    copy_memory(slot, o.send, bytes);
     host.publish(c.sequence, bytes);
     const std::byte* leader = wait_for_data(c, 0, bytes);
     host.wait([&] { return host.has_done_second(0, c.sequence); }, c.deadline, abort_poll(c), [&] {
       return fmt::format("rank {} (this host's leader) to finish call #{}", host.comm_rank(0),
                          c.sequence);
     });
-    copy_bytes(o.recv, leader + reduced_offset(bytes), bytes);
+    copy_memory(o.recv, leader + reduced_offset(bytes), bytes);
     return;
   }
   // The leader reads its own input from where it is; its slot says the
@@ -656,7 +651,7 @@ void shm_hierarchical_allreduce(const Collective& c_all, const Operands& o) {
   const auto agreed = [&] { return extremes.agree(); };
   if (agreed()) {
     if (host.size() == 1) {
-      copy_bytes(mine + kPartialOffset, o.send, bytes);
+      copy_memory(mine + kPartialOffset, o.send, bytes);
     } else {
       reduce::reduce(mine + kPartialOffset, o.send, wait_for_data(c, 1, bytes), o.count, o.type, o.op);
       for (int q = 2; q < host.size(); ++q)
@@ -739,11 +734,11 @@ void shm_hierarchical_allreduce(const Collective& c_all, const Operands& o) {
     throw mismatch_error(c.sequence, extremes, algorithm_name);
 
   std::byte* result = slot + reduced_offset(bytes);
-  copy_bytes(result, mine + kPartialOffset, bytes);
+  copy_memory(result, mine + kPartialOffset, bytes);
   if (o.op == ReduceOp::avg && o.count > 0)
     reduce::divide(result, o.count, o.type, static_cast<std::size_t>(c.transport.size()));
   host.publish_second(c.sequence);
-  copy_bytes(o.recv, result, bytes);
+  copy_memory(o.recv, result, bytes);
   if (result_sent) c.wait(*result_sent);
 }
 

@@ -1,6 +1,7 @@
 #include "coll/tree.hpp"
 
 #include "coll/patterns/tree_reduce.hpp"
+#include "common/copy.hpp"
 #include "reduce/reduce.hpp"
 
 #include <bit>
@@ -80,7 +81,7 @@ class TreeRun {
     if (links_.parent < 0) {  // the root: each reduced segment is final
       for (; down_done_ < up_.segments_reduced(); ++down_done_) {
         const std::size_t s = down_done_;
-        if (links_.children.empty() && in_ != out_) std::memcpy(out_ + offset(s), in_ + offset(s), bytes(s));
+        if (links_.children.empty() && in_ != out_) copy_memory(out_ + offset(s), in_ + offset(s), bytes(s));
         if (op_ == ReduceOp::avg)
           reduce::divide(out_ + offset(s), up_.length(s), type_, static_cast<std::size_t>(c_.transport.size()));
         send_down(s);
@@ -152,7 +153,7 @@ void tree_allreduce(const Collective& c, const void* send, void* recv, std::size
   const int p = c.transport.size();
   const std::size_t esize = size_of(type);
   if (p == 1) {
-    if (send != recv && count) std::memcpy(recv, send, count * esize);
+    if (send != recv) copy_memory(recv, send, count * esize);
     return;
   }
   if (p > static_cast<int>(kMaxSteps))

@@ -4,6 +4,7 @@
 // delivering a whole message into a receive, never past its end.
 #pragma once
 
+#include "common/copy.hpp"
 #include "transport/transport.hpp"
 
 #include <cstring>
@@ -43,7 +44,7 @@ inline bool deliver(const PostedReceive& receive, int receiver, const void* data
                                              receive.capacity));
     return false;
   }
-  if (bytes > 0) std::memcpy(receive.buf, data, bytes);
+  copy_memory(receive.buf, data, bytes);
   receive.request->complete(bytes);
   return true;
 }

@@ -1,5 +1,6 @@
 #include "coll/patterns/ring.hpp"
 
+#include "common/copy.hpp"
 #include "reduce/reduce.hpp"
 
 #include <fmt/format.h>
@@ -67,7 +68,7 @@ void ring_reduce_scatter(const Collective& c, const RingReduceScatter& ring) {
   if (p == 1) {  // the one block is this rank's input (avg over one rank divides by 1)
     const std::size_t bytes = blocks.counts[0] * esize;
     const std::byte* own = ring.input + blocks.displs[0] * esize;
-    if (bytes && ring.result != own) std::memcpy(ring.result, own, bytes);
+    if (ring.result != own) copy_memory(ring.result, own, bytes);
     return;
   }
   const Segments seg = segments_for(c, blocks, esize, "reduce-scatter ring");
@@ -138,7 +139,7 @@ void ring_reduce_scatter(const Collective& c, const RingReduceScatter& ring) {
         // and copying over, whose string stores take lines whole (p = 2,
         // 1 MiB: 190-280 us against 64 us).
         reduce::reduce(arrived, arrived, mine(j, first), length, ring.type, ring.op);
-        std::memcpy(sum, arrived, length * esize);
+        copy_memory(sum, arrived, length * esize);
         if (const std::size_t later = s + kLandingSegments; later < receives.size())
           receives[later] = post_receive(j, step, later);  // where this one landed
       }
@@ -164,7 +165,7 @@ void ring_allgather(const Collective& c, const BlockLayout& blocks, std::size_t 
   std::byte* own_place = buffer + blocks.offset(first, esize);
   if (own == own_place) own = nullptr;
   const auto copy_own = [&] {
-    if (own != nullptr && blocks.bytes(first, esize)) std::memcpy(own_place, own, blocks.bytes(first, esize));
+    if (own != nullptr) copy_memory(own_place, own, blocks.bytes(first, esize));
   };
   if (p == 1) return copy_own();
   const Segments seg = segments_for(c, blocks, esize, "allgather ring");
