@@ -61,11 +61,16 @@ bool shm_one_shot_preferred(std::size_t bytes, int p) {
   const std::size_t kib = p <= 2 ? 512 : p == 3 ? 256 : 64;
   return bytes <= kib * 1024;
 }
-// Two-shot copies the buffer in and the result out: at p = 2, beyond
-// one-shot's edge, the ring over UCX's cross-memory attach (one copy each
-// way) is faster out of place and even in place; from 3 ranks two-shot wins
-// from one-shot's edge up to its slots.
-bool shm_two_shot_preferred(std::size_t, int p) { return p > 2; }
+// Two-shot, from one-shot's edge up to its slots, at every p. Since a
+// rank's own chunk stays out of its slot it beats the ring at p = 2 too,
+// in place by more (the ring's in-place pass lands in scratch and copies
+// over): allreduce_perf --np 2 -A shm_two_shot / ring, 3 alternating runs,
+// out of place / in place us: 1 MiB 148-184 / 148-158 against 167-190 /
+// 233-245, 2 MiB 317-332 / 289-350 against 331-379 / 370-496, 2.5 MiB
+// 403-444 / 384-455 against 427-485 / 575-661 (docs/performance.md "Eighth
+// pass"). Beyond its slots (2.6 MiB at p = 2 with the default slot) the
+// ring.
+bool shm_two_shot_preferred(std::size_t, int) { return true; }
 
 // Broadcast, reduce and allgather go through the segment at every size
 // (streamed in chunks, beyond a slot through it as through a ring buffer:

@@ -110,10 +110,16 @@ TEST(HostSegment, EveryCollectiveFitsItsSlotsAndChoosesShm) {
       require(choice.row->family == "shm" && std::string(choice.reason) == "host segment",
               std::string(coll::to_string(kind)) + " of 64 bytes: " + std::string(choice.row->name));
     }
-    // AllReduce at p = 2: one-shot up to 512 KiB, then the model (the ring).
+    // AllReduce at p = 2: one-shot up to 512 KiB, then two-shot while its
+    // input and 1/p chunk fit a slot, then the model (the ring).
     require(engine.choose(K::allreduce, "", 1024).row->name == "shm_one_shot", "1 KiB");
     require(engine.choose(K::allreduce, "", 512 << 10).row->name == "shm_one_shot", "512 KiB");
-    require(engine.choose(K::allreduce, "", 1 << 20).row->family != "shm", "1 MiB at p = 2");
+    require(engine.choose(K::allreduce, "", 1 << 20).row->name == "shm_two_shot", "1 MiB at p = 2");
+    const std::size_t two_shot_most = (engine.host->slot_bytes() - 64) / 3 * 2 / 64 * 64;
+    require(engine.choose(K::allreduce, "", two_shot_most).row->name == "shm_two_shot",
+            "two-shot's largest");
+    require(engine.choose(K::allreduce, "", engine.host->slot_bytes()).row->family != "shm",
+            "a slot's size at p = 2");
     require(engine.choose(K::allreduce, "", 64 << 20).row->family != "shm", "64 MiB");
     // Broadcast, reduce, allgather and alltoall: through the
     // segment at any size (streamed, and beyond a slot through it as
