@@ -61,15 +61,15 @@ bool shm_one_shot_preferred(std::size_t bytes, int p) {
   const std::size_t kib = p <= 2 ? 512 : p == 3 ? 256 : 64;
   return bytes <= kib * 1024;
 }
-// Two-shot, from one-shot's edge up to its slots, at every p. Since a
-// rank's own chunk stays out of its slot it beats the ring at p = 2 too,
-// in place by more (the ring's in-place pass lands in scratch and copies
-// over): allreduce_perf --np 2 -A shm_two_shot / ring, 3 alternating runs,
-// out of place / in place us: 1 MiB 148-184 / 148-158 against 167-190 /
-// 233-245, 2 MiB 317-332 / 289-350 against 331-379 / 370-496, 2.5 MiB
-// 403-444 / 384-455 against 427-485 / 575-661 (docs/performance.md "Eighth
-// pass"). Beyond its slots (2.6 MiB at p = 2 with the default slot) the
-// ring.
+// Two-shot from one-shot's edge, at every p and size (in rounds through its
+// slot beyond it). Since a rank's own chunk stays out of its slot it beats
+// the ring at p = 2 too, and in place by more (the ring's in-place pass
+// lands in scratch and copies over): allreduce_perf -A shm_two_shot / ring,
+// alternating, 2 runs, out of place / in place, us: p = 2, 2 MiB 289-575 /
+// 305-334 against 371-386 / 458-509, 32 MiB 6435-7501 / 5282-5879 against
+// 12164-13650 / 10783-12433; p = 4, 2 MiB 817-1344 / 715-1180 against
+// 1402-1403 / 1578-1759, 32 MiB 15968-17481 / 12143-12518 against
+// 33606-33630 / 33368-36582 (docs/performance.md "Eighth pass").
 bool shm_two_shot_preferred(std::size_t, int) { return true; }
 
 // Broadcast, reduce and allgather go through the segment at every size

@@ -292,8 +292,48 @@ std::size_t shm_streamed_need(std::size_t bytes, int) {
 // Where a two-shot rank's reduced chunk goes in its slot: after its input.
 std::size_t reduced_offset(std::size_t bytes) { return (bytes + 63) / 64 * 64; }
 
+// Two-shot goes in rounds through a window of its slot: round k takes piece
+// k of every chunk (at most kTwoShotPieceBytes of each). A round's place in
+// a slot holds its rank's input pieces of the other ranks' chunks and its
+// reduced piece of its own chunk; the slot holds `window` rounds at once,
+// at least two: a rank writes round k only once every other has reduced
+// round k - window + 1 (so copied round k - window out), which needs only
+// rounds this rank has written. So any size goes through a slot of a few
+// pieces, and a round's copies and reduce stay in cache: at p = 2, 32 MiB,
+// 6.4-8.3 ms where the ring took 12.2-13.7, at p = 4 16.0-17.5 against
+// 33.6 (docs/performance.md "Eighth pass").
+constexpr std::size_t kTwoShotPieceBytes = 256 << 10;
+// The least piece the slot must hold two rounds of (shm_two_shot_need()).
+constexpr std::size_t kTwoShotLeastPieceBytes = 4 << 10;
+
+struct TwoShotRounds {
+  std::size_t piece;   // elements of each chunk per round
+  std::size_t stride;  // bytes from one place to the next in a round's
+  std::size_t places;  // per round: p input pieces (its rank's own unused), then the reduced one
+  std::size_t rounds;
+  std::size_t window;  // rounds a slot holds
+  std::size_t round_bytes() const { return stride * places; }
+};
+
+// Pieces as large as kTwoShotPieceBytes and two rounds in the slot allow.
+TwoShotRounds two_shot_rounds(std::size_t count, std::size_t esize, int p, std::size_t slot) {
+  const auto ranks = static_cast<std::size_t>(p);
+  const std::size_t places = ranks + 1, chunk = (count + ranks - 1) / ranks;
+  const std::size_t most = std::min(kTwoShotPieceBytes, slot / (2 * places) / 64 * 64);
+  const std::size_t piece = std::max<std::size_t>(1, std::min(chunk, most / esize));
+  const std::size_t stride = (piece * esize + 63) / 64 * 64;
+  const std::size_t rounds = std::max<std::size_t>(1, (chunk + piece - 1) / piece);
+  return {piece, stride, places, rounds, std::min(rounds, slot / (stride * places))};
+}
+
+// Two rounds' places (two_shot_rounds() takes pieces of at most half the
+// slot's share): for one piece the chunk (an element more than bytes / p
+// at most), else the least piece.
 std::size_t shm_two_shot_need(std::size_t bytes, int p) {
-  return reduced_offset(bytes) + bytes / static_cast<std::size_t>(p) + 64;
+  if (bytes > kMaxStreamedBytes) return bytes;  // the header's size word
+  const std::size_t places = static_cast<std::size_t>(p) + 1;
+  const std::size_t chunk = (bytes / static_cast<std::size_t>(p) + 64 + 63) / 64 * 64;
+  return 2 * places * std::min(chunk, kTwoShotLeastPieceBytes);
 }
 
 void shm_two_shot_allreduce(const Collective& c, const Operands& o) {
@@ -301,27 +341,61 @@ void shm_two_shot_allreduce(const Collective& c, const Operands& o) {
   const int p = host.size(), r = host.rank();
   const std::size_t esize = size_of(o.type), bytes = o.count * esize;
   const NearEqualChunks chunks{o.count, static_cast<std::size_t>(p)};
-  const auto first = [&](int q) { return chunks.offset(static_cast<std::size_t>(q)) * esize; };
-  const auto length = [&](int q) { return chunks.size(static_cast<std::size_t>(q)); };
-  // Every chunk but this rank's own goes into the slot (the reduced chunk
-  // follows); its own only this rank reads, from where it is: at p = 2
-  // the copy in is half the buffer instead of all of it (1 MiB: 213-247
-  // us -> 130-144, docs/performance.md "Eighth pass").
-  std::byte* slot = begin_slot(c, shm_two_shot_need(bytes, p));
-  const auto* in = static_cast<const std::byte*>(o.send);
-  const std::size_t own_end = first(r) + length(r) * esize;
-  copy_memory(slot, in, first(r));
-  copy_memory(slot + own_end, in + own_end, bytes - own_end);
+  const TwoShotRounds plan = two_shot_rounds(o.count, esize, p, host.slot_bytes());
+  // Chunk q's piece of round k: its first element in the buffer, and how many.
+  const auto piece_first = [&](int q, std::size_t k) {
+    const auto j = static_cast<std::size_t>(q);
+    return chunks.offset(j) + std::min(chunks.size(j), k * plan.piece);
+  };
+  const auto piece_length = [&](int q, std::size_t k) {
+    const std::size_t size = chunks.size(static_cast<std::size_t>(q));
+    return std::min(plan.piece, size - std::min(size, k * plan.piece));
+  };
+  // Where round k's place for chunk q's piece is in a slot (q = p: the reduced one).
+  const auto place = [&](std::size_t k, int q) {
+    return k % plan.window * plan.round_bytes() + static_cast<std::size_t>(q) * plan.stride;
+  };
+  const auto wait_rounds = [&](int q, std::size_t rounds, bool reduced) {
+    host.wait(
+        [&] {
+          return (reduced ? host.consumed(q, c.sequence) : host.streamed(q, c.sequence)) >= rounds;
+        },
+        c.deadline, abort_poll(c), [&] {
+          return fmt::format("rank {} to {} round {} of {} of call #{} (two-shot)", host.comm_rank(q),
+                             reduced ? "reduce" : "write", rounds, plan.rounds, c.sequence);
+        });
+  };
+  std::byte* slot = begin_slot(c, plan.window * plan.round_bytes());
   host.publish(c.sequence, bytes);
-  reduce_slots(c, slot + reduced_offset(bytes), first(r), length(r), bytes, o.type, o.op,
-               in + first(r));
-  host.publish_second(c.sequence);
+  // The counters below are read only once every slot holds this call (an
+  // entry's words belong to the call before until then; the signatures and
+  // sizes compared: a rank that made another call writes no round).
+  for (int q = 0; q < p; ++q)
+    if (q != r) wait_for_data(c, q, bytes);
+  const auto* in = static_cast<const std::byte*>(o.send);
   auto* out = static_cast<std::byte*>(o.recv);
-  for (int q = 0; q < p; ++q) {
-    host.wait([&] { return host.has_done_second(q, c.sequence); }, c.deadline, abort_poll(c), [&] {
-      return fmt::format("rank {} to reduce its chunk of call #{}", q, c.sequence);
-    });
-    copy_memory(out + first(q), host.data(q, c.sequence) + reduced_offset(bytes), length(q) * esize);
+  for (std::size_t k = 0; k < plan.rounds; ++k) {
+    // Round k's place last held round k - window: every other rank must be
+    // past it (it has reduced the round after, so it copied that one out).
+    if (k >= plan.window)
+      for (int q = 0; q < p; ++q)
+        if (q != r) wait_rounds(q, k - plan.window + 2, true);
+    // Every piece but this rank's own goes into the slot; its own only this
+    // rank reads, from where it is (at p = 2 the copy in is half the buffer).
+    for (int q = 0; q < p; ++q)
+      if (q != r)
+        copy_memory(slot + place(k, q), in + piece_first(q, k) * esize, piece_length(q, k) * esize);
+    host.stream(c.sequence, k + 1);  // the rounds written
+    for (int q = 0; q < p; ++q)
+      if (q != r) wait_rounds(q, k + 1, false);
+    reduce_slots(c, slot + place(k, p), place(k, r), piece_length(r, k), bytes, o.type, o.op,
+                 in + piece_first(r, k) * esize);
+    host.consume(c.sequence, k + 1);  // the rounds reduced
+    for (int q = 0; q < p; ++q) {
+      if (q != r) wait_rounds(q, k + 1, true);
+      copy_memory(out + piece_first(q, k) * esize, host.data(q, c.sequence) + place(k, p),
+                  piece_length(q, k) * esize);
+    }
   }
 }
 

@@ -63,17 +63,19 @@ Collective on_own_host(const Collective& c);
 //
 // AllReduce has two. One-shot: every rank reduces every slot, whole (one
 // step; p reads of the buffer per rank). Two-shot: rank r reduces only
-// chunk r of every slot into a second area of its own slot, marks it, and
-// every rank copies the p reduced chunks out (two steps; about two reads
-// of the buffer per rank, whatever p): the one for larger buffers.
+// chunk r of every slot (its own from its input) into a place of its own
+// slot, marks it, and every rank copies the p reduced chunks out (two
+// steps; about two reads of the buffer per rank, whatever p): the one for
+// larger buffers, in rounds of pieces of every chunk through a window of
+// the slot, so at any size.
 //
 //   one-shot   r: out = s0 + s1 + s2 + s3            (all of it)
 //   two-shot   r: c_r = s0[r] + s1[r] + s2[r] + s3[r] (its chunk), then
 //                 out = c_0 | c_1 | c_2 | c_3         (copied from the slots)
 void shm_one_shot_allreduce(const Collective& c, const Operands& o);
 void shm_two_shot_allreduce(const Collective& c, const Operands& o);
-// What two-shot writes into a slot for a buffer of `bytes`: the buffer, and
-// its reduced chunk.
+// What two-shot needs of a slot for a buffer of `bytes`: two rounds'
+// pieces (the whole chunk for a small buffer); any size below 2 GiB.
 std::size_t shm_two_shot_need(std::size_t bytes, int p);
 // Broadcast and reduce stream beyond 64 KiB: the writers (the root; a
 // reduce's others) publish their slot, then their data chunk by chunk,

@@ -85,15 +85,17 @@ struct SlotHeader {
   // are in the rank's large slot rather than after this header.
   std::uint32_t size_and_place = 0;
   // How far a stream has got, 0 when the entry is claimed (Segment::
-  // stream()): a streaming writer's bytes written so far, or a reader's of
-  // a stream larger than the slot, the bytes it has consumed.
+  // stream()): a streaming writer's bytes written so far (two-shot
+  // AllReduce: its rounds), or a reader's of a stream larger than the
+  // slot, the bytes it has consumed.
   std::atomic<std::uint32_t> streamed{0};
   std::byte signature[24] = {};            // the call's coll::CallSignature
-  // 0 when the entry is claimed; then either a second step's mark (two-shot
-  // AllReduce: this rank's reduced chunk is written), with the same call
-  // number, or, in a call where every rank streams and reads streams (a
-  // large allgather or alltoall), the bytes this rank has consumed of
-  // every other's.
+  // 0 when the entry is claimed; then either a second step's mark (the
+  // hierarchical AllReduce's leader: the result is written), with the same
+  // call number, or the rounds this rank has reduced (two-shot AllReduce),
+  // or, in a call where every rank streams and reads streams (a large
+  // allgather or alltoall), the bytes this rank has consumed of every
+  // other's.
   std::atomic<std::uint64_t> second{0};
 
   static constexpr std::uint32_t kInLargeSlot = 1u << 31;
@@ -235,8 +237,9 @@ class Segment {
     return header(rank, sequence).streamed.load(std::memory_order_acquire);
   }
   // A rank that streams and reads streams in one call: how far it has
-  // consumed every other rank's (`second`, once it has begun the call),
-  // and consume() to move that on (wakes sleepers).
+  // consumed every other rank's (`second`, once it has begun the call;
+  // two-shot AllReduce: the rounds it has reduced), and consume() to move
+  // that on (wakes sleepers).
   std::size_t consumed(int rank, std::uint64_t sequence) const noexcept {
     return static_cast<std::size_t>(header(rank, sequence).second.load(std::memory_order_acquire));
   }

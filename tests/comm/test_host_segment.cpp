@@ -66,9 +66,11 @@ TEST(HostSegment, SmallCallsRunThroughItAndAreRightInPlaceAndNot) {
 // equal calls does not choose again): a call of another size, or one that
 // names its algorithm, must still run what it would have run alone.
 TEST(HostSegment, TheRememberedChoiceServesOnlyCallsOfItsSize) {
+  // Slots of 16 KiB: a call of 64 KiB fits neither one-shot's (the buffer)
+  // nor two-shot's need (two rounds of 4 KiB pieces, 24 KiB at p = 2).
+  ::setenv("CHORUS_SHM_BYTES", "16384", 1);
   expect_all_passed(testing::run_ranks(2, [](Communicator& comm) {
-    auto& engine = CommunicatorAccess::engine(comm);
-    const std::size_t large = engine.host->slot_bytes() / sizeof(float) + 1;  // beyond the slots
+    const std::size_t large = 16384;  // floats: beyond the slots
     std::vector<float> small_in(2, 1.0f), small_out(2), large_in(large, 2.0f), large_out(large);
     auto calls = [&](Algorithm a) { return comm.counters().by_algorithm[static_cast<int>(a)].calls; };
     for (int round = 0; round < 3; ++round) {
@@ -86,17 +88,18 @@ TEST(HostSegment, TheRememberedChoiceServesOnlyCallsOfItsSize) {
             "the forced and the large calls ran elsewhere");
     require(calls(Algorithm::ring) >= 3, "the forced calls ran the ring");
   }));
+  ::unsetenv("CHORUS_SHM_BYTES");
 }
 
-TEST(HostSegment, AllReduceOnFourRanksGoesFromOneShotToTwoShotToTheModel) {
+TEST(HostSegment, AllReduceOnFourRanksGoesFromOneShotToTwoShot) {
   expect_all_passed(testing::run_ranks(4, [](Communicator& comm) {
     auto& engine = CommunicatorAccess::engine(comm);
     using K = coll::CollectiveKind;
     require(engine.choose(K::allreduce, "", 64 << 10).row->name == "shm_one_shot", "64 KiB");
     require(engine.choose(K::allreduce, "", 128 << 10).row->name == "shm_two_shot", "128 KiB");
     require(engine.choose(K::allreduce, "", 1 << 20).row->name == "shm_two_shot", "1 MiB");
-    // Two-shot's slot need (the buffer and a quarter) passes the 2 MiB slot.
-    require(engine.choose(K::allreduce, "", 2 << 20).row->family != "shm", "2 MiB");
+    // Beyond the 2 MiB slot, in rounds through it.
+    require(engine.choose(K::allreduce, "", 64 << 20).row->name == "shm_two_shot", "64 MiB");
   }));
 }
 
@@ -110,17 +113,13 @@ TEST(HostSegment, EveryCollectiveFitsItsSlotsAndChoosesShm) {
       require(choice.row->family == "shm" && std::string(choice.reason) == "host segment",
               std::string(coll::to_string(kind)) + " of 64 bytes: " + std::string(choice.row->name));
     }
-    // AllReduce at p = 2: one-shot up to 512 KiB, then two-shot while its
-    // input and 1/p chunk fit a slot, then the model (the ring).
+    // AllReduce at p = 2: one-shot up to 512 KiB, then two-shot (in rounds
+    // through its slot) while the size fits the slot header's 31-bit word.
     require(engine.choose(K::allreduce, "", 1024).row->name == "shm_one_shot", "1 KiB");
     require(engine.choose(K::allreduce, "", 512 << 10).row->name == "shm_one_shot", "512 KiB");
     require(engine.choose(K::allreduce, "", 1 << 20).row->name == "shm_two_shot", "1 MiB at p = 2");
-    const std::size_t two_shot_most = (engine.host->slot_bytes() - 64) / 3 * 2 / 64 * 64;
-    require(engine.choose(K::allreduce, "", two_shot_most).row->name == "shm_two_shot",
-            "two-shot's largest");
-    require(engine.choose(K::allreduce, "", engine.host->slot_bytes()).row->family != "shm",
-            "a slot's size at p = 2");
-    require(engine.choose(K::allreduce, "", 64 << 20).row->family != "shm", "64 MiB");
+    require(engine.choose(K::allreduce, "", 64 << 20).row->name == "shm_two_shot", "64 MiB");
+    require(engine.choose(K::allreduce, "", std::size_t{1} << 31).row->family != "shm", "2 GiB");
     // Broadcast, reduce, allgather and alltoall: through the
     // segment at any size (streamed, and beyond a slot through it as
     // through a ring buffer), while a stream's size fits its 31-bit word
@@ -215,7 +214,7 @@ TEST(HostSegment, ARootRunsAheadOfSlowReadersAndEveryCallArrives) {
 // slot in chunks that the readers take as they land, and beyond the slot
 // through it as through a ring buffer: every byte arrives, at sizes around
 // the chunk's and beyond the slot (of one chunk, of three, the default),
-// in place or not, from every root.
+// in place or not, from every root. So do two-shot AllReduce's rounds.
 TEST(HostSegment, StreamedCollectivesDeliverEveryChunk) {
   for (const char* slot : {"65536", "200000", ""}) {
   if (*slot != '\0') ::setenv("CHORUS_SHM_BYTES", slot, 1);
@@ -255,6 +254,20 @@ TEST(HostSegment, StreamedCollectivesDeliverEveryChunk) {
             if (recv[n * static_cast<std::size_t>(from) + i] != static_cast<std::int32_t>(i * 5 + r * 100 + from))
               require(false, "alltoall of " + std::to_string(n) + " per block: from rank " +
                                  std::to_string(from) + ", element " + std::to_string(i));
+      }
+      // Two-shot AllReduce: pieces of every chunk in rounds through a
+      // window of the slot (two rounds in the smallest slot here).
+      for (bool in_place : {false, true}) {
+        CallOptions two_shot;
+        two_shot.algorithm_name = "shm_two_shot";
+        std::vector<std::int32_t> in(count), out(count, -1);
+        for (std::size_t i = 0; i < count; ++i) in[i] = static_cast<std::int32_t>(i % 1000 * 3 + r);
+        comm.allreduce(in.data(), in_place ? in.data() : out.data(), count, DataType::int32,
+                       ReduceOp::sum, two_shot);
+        const auto& result = in_place ? in : out;
+        for (std::size_t i = 0; i < count; ++i)
+          if (result[i] != static_cast<std::int32_t>(p * (i % 1000 * 3) + p * (p - 1) / 2))
+            require(false, "two-shot allreduce of " + std::to_string(count) + " at " + std::to_string(i));
       }
       for (int root = 0; root < p; ++root) {
         std::vector<std::int32_t> b(count, -1);
