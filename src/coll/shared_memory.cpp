@@ -289,7 +289,7 @@ std::size_t shm_streamed_need(std::size_t bytes, int) {
   return streams(bytes) && bytes <= kMaxStreamedBytes ? kStreamChunkBytes : bytes;
 }
 
-// Where a two-shot rank's reduced chunk goes in its slot: after its input.
+// Where the hierarchical AllReduce's leader writes its result in its slot: after its input.
 std::size_t reduced_offset(std::size_t bytes) { return (bytes + 63) / 64 * 64; }
 
 // Two-shot goes in rounds through a window of its slot: round k takes piece
@@ -300,7 +300,7 @@ std::size_t reduced_offset(std::size_t bytes) { return (bytes + 63) / 64 * 64; }
 // round k - window + 1 (so copied round k - window out), which needs only
 // rounds this rank has written. So any size goes through a slot of a few
 // pieces, and a round's copies and reduce stay in cache: at p = 2, 32 MiB,
-// 6.4-8.3 ms where the ring took 12.2-13.7, at p = 4 16.0-17.5 against
+// 6.4-7.5 ms where the ring took 12.2-13.7, at p = 4 16.0-17.5 against
 // 33.6 (docs/performance.md "Eighth pass").
 constexpr std::size_t kTwoShotPieceBytes = 256 << 10;
 // The least piece the slot must hold two rounds of (shm_two_shot_need()).
