@@ -168,7 +168,6 @@ def run(rank, size, port, args):
     groups = {"gloo": dist.group.WORLD, "chorus": dist.new_group(backend="chorus")}
     comm = None
     if args.mode in ("all", "overhead"):  # now, while the store's port is surely free
-        import chorus
         os.environ.update(CHORUS_RANK=str(rank), CHORUS_SIZE=str(size),
                           CHORUS_STORE=f"tcp://127.0.0.1:{args.numpy_port}")
         comm = chorus.Communicator.from_env()
