@@ -55,3 +55,21 @@ for t in ('allgather', 'alltoall'):
         bt = med([float(r['oop_time_us']) for rs in b.values() for r in rs])
         nt = med([float(r['oop_time_us']) for rs in n.values() for r in rs])
         print(f"{t:>10} {size:>4}: base {bt:9.1f} new {nt:9.1f} new/base {nt / bt:.2f}")
+
+print()
+print("# Other collectives beside Open MPI: speedup = MPI time / Chorus's better column, medians of "
+      "3 runs (8 for alltoall 1 MiB and broadcast 8 B at p = 4)")
+print(f"{'collective':>15} {'p=2 8B':>7} {'1MiB':>6} {'64MiB':>6} {'p=4 8B':>7} {'1MiB':>6} {'64MiB':>6}")
+for t in ('broadcast', 'reduce', 'allgather', 'alltoall', 'reduce_scatter'):
+    cells = []
+    for p in (2, 4):
+        for size in ('8', '1M', '64M'):
+            speedups = []
+            for f in sorted(glob.glob(os.path.join(here, f'{t}_{size}_p{p}_*.csv'))):
+                for r in csv.DictReader(open(f)):
+                    times = [float(r['oop_time_us'])]
+                    if r['ip_time_us'] not in ('NA', ''):
+                        times.append(float(r['ip_time_us']))
+                    speedups.append(float(r['mpi_time_us']) / min(times))
+            cells.append(f"{med(speedups):.2f}" if speedups else "-")
+    print(f"{t:>15} " + " ".join(f"{c:>6}" for c in cells))

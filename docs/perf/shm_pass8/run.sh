@@ -45,4 +45,17 @@ done
 for p in 2 4; do for rep in 1 2; do
   $B/allreduce_perf --np $p -A all -b 256K -e 64M -f 4 -n 10 -w 2 -c 0 --csv $out/all_p${p}_$rep.csv >/dev/null 2>&1
 done; done
+# 7. The other collectives beside Open MPI at 8 B (4p B where the size is
+#    all p blocks), 1 MiB and 64 MiB (the seventh pass's commands).
+for rep in 1 2 3; do for p in 2 4; do for t in broadcast reduce allgather alltoall reduce_scatter; do
+  b=8; case $t in allgather|alltoall|reduce_scatter) b=$((4 * p));; esac
+  mpirun --oversubscribe -np $p $B/${t}_perf -b $b -e $b -n 20000 -w 1000 --mpi -X ucx --csv $out/${t}_8_p${p}_$rep.csv >/dev/null 2>&1
+  mpirun --oversubscribe -np $p $B/${t}_perf -b 1M -e 1M -n 100 -w 10 --mpi -X ucx --csv $out/${t}_1M_p${p}_$rep.csv >/dev/null 2>&1
+  mpirun --oversubscribe -np $p $B/${t}_perf -b 64M -e 64M -n 10 -w 3 --mpi -X ucx --csv $out/${t}_64M_p${p}_$rep.csv >/dev/null 2>&1
+done; done; done
+# 8. The two p = 4 cells whose 3 runs spread most, 5 runs more.
+for rep in 4 5 6 7 8; do
+  mpirun --oversubscribe -np 4 $B/alltoall_perf -b 1M -e 1M -n 100 -w 10 --mpi -X ucx --csv $out/alltoall_1M_p4_$rep.csv >/dev/null 2>&1
+  mpirun --oversubscribe -np 4 $B/broadcast_perf -b 8 -e 8 -n 20000 -w 1000 --mpi -X ucx --csv $out/broadcast_8_p4_$rep.csv >/dev/null 2>&1
+done
 echo finished
