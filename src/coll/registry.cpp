@@ -51,14 +51,17 @@ bool reduce_scatter_halving_preferred(std::size_t total_bytes, int p) {
 
 // While every rank reading every slot whole costs less than two-shot's
 // second step and copy out. One-shot reads (p - 1) whole buffers from its
-// peers, two-shot 2 (p - 1) / p of one, so the edge falls with p: forced
-// times, medians of 3 launches (docs/performance.md "Seventh pass"): p = 2,
-// 512 KiB: one-shot 51 us, two-shot 71-73, the ring 76-102; 1 MiB: the
-// ring 148 out of place, the three 198-208 in place. p = 3, 256 KiB: 67
-// against 77-80 (512 KiB: 135 against 142). p = 4 and 8, 64 KiB: 33 against
-// 38 and 107 against 158; 128 KiB: even at p = 4, 175 against 218 at p = 8.
+// peers, two-shot 2 (p - 1) / p of one, so the edge falls with p. At p = 2
+// one-shot wins wherever the buffer fits a slot (4 MiB by default), since
+// the copy in no longer crosses glibc's slow path above 1 MiB
+// (common/copy.hpp): forced, 3 alternating runs, medians, out of place us,
+// one-shot / two-shot: 1 MiB 113 / 147, 2 MiB 219 / 282, 4 MiB 508 / 564
+// (docs/performance.md "Eighth pass"). p = 3, 256 KiB: 75 against 89
+// (512 KiB-2 MiB: even). p = 4, 64 KiB: 34 against 41; 128 KiB even, 256
+// KiB 98 against 87. (p = 8, seventh pass: 64 KiB 107 against 158.)
 bool shm_one_shot_preferred(std::size_t bytes, int p) {
-  const std::size_t kib = p <= 2 ? 512 : p == 3 ? 256 : 64;
+  if (p <= 2) return true;  // while it fits a slot
+  const std::size_t kib = p == 3 ? 256 : 64;
   return bytes <= kib * 1024;
 }
 // Two-shot from one-shot's edge, at every p and size (in rounds through its

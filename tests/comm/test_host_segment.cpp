@@ -113,11 +113,13 @@ TEST(HostSegment, EveryCollectiveFitsItsSlotsAndChoosesShm) {
       require(choice.row->family == "shm" && std::string(choice.reason) == "host segment",
               std::string(coll::to_string(kind)) + " of 64 bytes: " + std::string(choice.row->name));
     }
-    // AllReduce at p = 2: one-shot up to 512 KiB, then two-shot (in rounds
-    // through its slot) while the size fits the slot header's 31-bit word.
+    // AllReduce at p = 2: one-shot while the buffer fits a slot, then
+    // two-shot (in rounds through its slot) while the size fits the slot
+    // header's 31-bit word.
+    const std::size_t slot = engine.host->slot_bytes();
     require(engine.choose(K::allreduce, "", 1024).row->name == "shm_one_shot", "1 KiB");
-    require(engine.choose(K::allreduce, "", 512 << 10).row->name == "shm_one_shot", "512 KiB");
-    require(engine.choose(K::allreduce, "", 1 << 20).row->name == "shm_two_shot", "1 MiB at p = 2");
+    require(engine.choose(K::allreduce, "", slot).row->name == "shm_one_shot", "a slot's size");
+    require(engine.choose(K::allreduce, "", slot + 4).row->name == "shm_two_shot", "beyond a slot");
     require(engine.choose(K::allreduce, "", 64 << 20).row->name == "shm_two_shot", "64 MiB");
     require(engine.choose(K::allreduce, "", std::size_t{1} << 31).row->family != "shm", "2 GiB");
     // Broadcast, reduce, allgather and alltoall: through the
