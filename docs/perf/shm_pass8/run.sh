@@ -1,5 +1,7 @@
 #!/bin/bash
 # Eighth pass (docs/performance.md): run from the repository root after a
+# (the p = 2 rows of steps 2, 3 and 6 were run again after the last
+# commit of the pass, one-shot up to a slot at p = 2, with the same commands)
 # Release build in ./build. BASE: the bin/ of a Release build of the commit
 # before the pass (0b49aca), for the before/after rows. Writes
 # docs/perf/shm_pass8/; report.py summarizes it.
