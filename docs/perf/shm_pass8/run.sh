@@ -1,10 +1,10 @@
 #!/bin/bash
 # Eighth pass (docs/performance.md): run from the repository root after a
-# (the p = 2 rows of steps 2, 3 and 6 were run again after the last
-# commit of the pass, one-shot up to a slot at p = 2, with the same commands)
 # Release build in ./build. BASE: the bin/ of a Release build of the commit
 # before the pass (0b49aca), for the before/after rows. Writes
-# docs/perf/shm_pass8/; report.py summarizes it.
+# docs/perf/shm_pass8/; report.py summarizes it. (The p = 2 rows of steps
+# 2, 3 and 6 were run again after the pass's last commit, one-shot up to a
+# slot at p = 2, with the same commands.)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 out=docs/perf/shm_pass8; B=./build/bin; BASE=${BASE:-/tmp/oldbin}
 
