@@ -88,13 +88,14 @@ bool shm_two_shot_preferred(std::size_t, int) { return true; }
 // against 167 at 1 MiB, 4.5 ms against reduce_scatter_gather's 15.6 at 64
 // MiB; p = 4: broadcast 8.5 ms against 16.7 at 64 MiB, reduce 15.6 against
 // 27.8).
-// Reduce-scatter of `bytes` in all: at p = 2 the ring (one cross-memory copy
-// of half the input each way) wins from 1 MiB (59-67 us against 113-120);
-// from 3 ranks the segment wins up to its slots (p = 4, 1 MiB: 277 against
-// 327; 2 MiB: even).
-bool shm_reduce_scatter_preferred(std::size_t bytes, int p) {
-  return p > 2 || bytes <= 512 * 1024;
-}
+// Reduce-scatter of `bytes` in all: through the segment while the input
+// fits a slot, at every p. Since a rank's own block stays out of its slot
+// (and the copies go in pieces) it beats the ring at p = 2 too, where one
+// cross-memory copy of half the input each way had won from 1 MiB:
+// reduce_scatter_perf --np 2 -A shm / ring, 3 runs, out of place us: 1 MiB
+// 37-45 against 51-73, 2 MiB 78-86 against 116-153 (in place 32-37 / 68-81
+// against 74-89 / 146-182; docs/performance.md "Eighth pass").
+bool shm_reduce_scatter_preferred(std::size_t, int) { return true; }
 
 // Across hosts (several ranks on each), from this size the hierarchical
 // AllReduce's traffic (the link bound) beats every flat algorithm

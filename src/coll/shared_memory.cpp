@@ -575,11 +575,24 @@ void shm_allgather(const Collective& c, const Operands& o) {
 }
 
 void shm_reduce_scatter(const Collective& c, const Operands& o) {
+  const int r = c.host->rank();
   const std::size_t block = bytes_of(o.count, o.type);
   const std::size_t total = block * static_cast<std::size_t>(c.host->size());
-  contribute(c, o.send, total);
-  reduce_slots(c, o.recv, block * static_cast<std::size_t>(c.host->rank()), o.count, total,
-               o.type, o.op);
+  const std::size_t mine = block * static_cast<std::size_t>(r);
+  // This rank's own block only it reads: reduced from where it is, as
+  // two-shot's own chunk, unless in place on a rank above 1, where recv
+  // (its own block) is written before its turn in the rank order.
+  const auto* in = static_cast<const std::byte*>(o.send);
+  const bool own_from_input = o.recv != in + mine || r < 2;
+  if (!own_from_input) {
+    contribute(c, o.send, total);
+    return reduce_slots(c, o.recv, mine, o.count, total, o.type, o.op);
+  }
+  std::byte* slot = begin_slot(c, total);
+  copy_memory(slot, in, mine);
+  copy_memory(slot + mine + block, in + mine + block, total - mine - block);
+  c.host->publish(c.sequence, total);
+  reduce_slots(c, o.recv, mine, o.count, total, o.type, o.op, in + mine);
 }
 
 // Alltoall's chunk when streamed: 64 KiB, less when p - 1 of them do not

@@ -125,8 +125,8 @@ TEST(HostSegment, EveryCollectiveFitsItsSlotsAndChoosesShm) {
     // Broadcast, reduce, allgather and alltoall: through the
     // segment at any size (streamed, and beyond a slot through it as
     // through a ring buffer), while a stream's size fits its 31-bit word
-    // (alltoall's is all p blocks). Reduce-scatter at p = 2: while its two
-    // copies stay in cache, then one cross-memory copy.
+    // (alltoall's is all p blocks). Reduce-scatter: while its input fits a
+    // slot, then the ring.
     require(engine.choose(K::alltoall, "", std::size_t{256} << 20).row->family == "shm",
             "alltoall of 2 x 256 MiB");
     require(engine.choose(K::alltoall, "", std::size_t{1} << 30).row->family != "shm",
@@ -134,10 +134,10 @@ TEST(HostSegment, EveryCollectiveFitsItsSlotsAndChoosesShm) {
     for (K kind : {K::broadcast, K::reduce, K::allgather})
       require(engine.choose(kind, "", std::size_t{1} << 30).row->family == "shm",
               std::string(coll::to_string(kind)) + " of 1 GiB");
-    require(engine.choose(K::reduce_scatter, "", 512 << 10).row->family == "shm",
-            "reduce_scatter 512 KiB");
-    require(engine.choose(K::reduce_scatter, "", 1 << 20).row->family != "shm",
-            "reduce_scatter 1 MiB");
+    require(engine.choose(K::reduce_scatter, "", slot).row->family == "shm",
+            "reduce_scatter of a slot");
+    require(engine.choose(K::reduce_scatter, "", 2 * slot).row->family != "shm",
+            "reduce_scatter of two slots");
   }));
 }
 
