@@ -4,7 +4,8 @@
 # before the pass (0b49aca), for the before/after rows. Writes
 # docs/perf/shm_pass8/; report.py summarizes it. (The p = 2 rows of steps
 # 2, 3 and 6 were run again after the pass's last commit, one-shot up to a
-# slot at p = 2, with the same commands.)
+# slot at p = 2, with the same commands; step 7's reduce_scatter 1 MiB cells
+# after the reduce-scatter change.)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 out=docs/perf/shm_pass8; B=./build/bin; BASE=${BASE:-/tmp/oldbin}
 
