@@ -141,12 +141,12 @@ const std::byte* wait_for_data(const Collective& c, int rank, std::size_t bytes)
 // written already, and fetching them now overlaps this call. (Not for the
 // calls where every rank waits for every other: there the fetch would
 // only take a line its writer is about to write.)
-void fetch_ahead(const Collective& c, int rank) {
-  shm::prefetch_for_read(&c.host->header(rank, c.sequence + 2));
+void fetch_ahead(const Collective& c, int rank, std::size_t data_bytes) {
+  c.host->prefetch(rank, c.sequence + 2, data_bytes, false);
 }
-void fetch_ahead_from_all(const Collective& c) {
+void fetch_ahead_from_all(const Collective& c, std::size_t data_bytes) {
   for (int q = 0; q < c.host->size(); ++q)
-    if (q != c.host->rank()) fetch_ahead(c, q);
+    if (q != c.host->rank()) fetch_ahead(c, q, data_bytes);
 }
 
 // Large data streams: its writer publishes the slot first, then the data
@@ -420,7 +420,7 @@ void shm_reduce(const Collective& c, const Operands& o) {
   // on the root, which every other rank waits for). In place on a rank
   // above 1, recv is written before the root's turn: then its input goes
   // into its slot first, or, when streamed, into scratch chunk by chunk.
-  fetch_ahead_from_all(c);
+  fetch_ahead_from_all(c, bytes);
   const bool own_from_input = o.send != o.recv || o.root < 2;
   if (!streams(bytes)) {
     contribute(c, own_from_input ? nullptr : o.send, own_from_input ? 0 : bytes);
@@ -459,7 +459,7 @@ void shm_broadcast(const Collective& c, const Operands& o) {
     });
   }
   contribute(c, nullptr, 0);
-  fetch_ahead(c, o.root);
+  fetch_ahead(c, o.root, bytes);
   const std::byte* from = wait_for_data(c, o.root, bytes);
   if (!streams(bytes)) return copy_memory(o.recv, from, bytes);
   const std::size_t window = stream_window(c, bytes);
@@ -659,7 +659,7 @@ void shm_gather(const Collective& c, const Operands& o) {
   const std::size_t block = bytes_of(o.count, o.type);
   contribute(c, o.send, block);
   if (c.host->rank() == o.root) {
-    fetch_ahead_from_all(c);
+    fetch_ahead_from_all(c, block);
     auto* out = static_cast<std::byte*>(o.recv);
     for (int q = 0; q < c.host->size(); ++q)
       copy_memory(out + static_cast<std::size_t>(q) * block, wait_for_data(c, q, block), block);
@@ -672,7 +672,7 @@ void shm_scatter(const Collective& c, const Operands& o) {
   const std::size_t total = block * static_cast<std::size_t>(c.host->size());
   const bool root = c.host->rank() == o.root;
   contribute(c, o.send, root ? total : 0);
-  if (!root) fetch_ahead(c, o.root);
+  if (!root) fetch_ahead(c, o.root, total);
   const std::byte* from = wait_for_data(c, o.root, total);
   copy_memory(o.recv, from + block * static_cast<std::size_t>(c.host->rank()), block);
   // As a broadcast's: the others compared the root's signature, the root does later.

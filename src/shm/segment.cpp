@@ -314,8 +314,11 @@ void Segment::publish(std::uint64_t sequence, std::uint64_t bytes) {
   // transfer overlaps the caller's work instead of holding up the next
   // call's stores (without it, even fenceless, 8-byte broadcast and reduce
   // at p = 2 took 1.6-2x as long: a rooted writer rewrites entries its
-  // readers have just read).
-  prefetch_for_write(&header(rank_, sequence + 1));
+  // readers have just read). With its data lines, for a next call of the
+  // same size. But not while a reader may still read it (a rooted writer a
+  // ring ahead): taking the lines it is reading would stall the slower side.
+  if (sequence + 1 <= kRingDepth || retired_floor_ >= sequence + 1 - kRingDepth)
+    prefetch(rank_, sequence + 1, bytes, true);
 }
 
 template <class T>

@@ -162,6 +162,21 @@ class Segment {
     const std::size_t index = static_cast<std::size_t>(rank) * 2 + (sequence & 1);
     return slots_ + index * slot_stride_;
   }
+  // Asks for the lines of `rank`'s ring entry for call `sequence`, ahead of
+  // their use: the header's and, for `bytes` of data that go in the entry,
+  // the data's. For writing (this rank's next call: a store to a line a
+  // reader still holds waits for it, and so does every store after it, the
+  // header's that publishes the call) or for reading (a rooted call's
+  // writer runs ahead of its readers). Not a large slot's: its last user
+  // was two calls before, whose readers may still be reading it. A hint only.
+  void prefetch(int rank, std::uint64_t sequence, std::size_t bytes, bool for_write) const noexcept {
+    const auto* entry = reinterpret_cast<const std::byte*>(&header(rank, sequence));
+    const std::size_t end = sizeof(SlotHeader) + (bytes <= kEntryDataBytes ? bytes : 0);
+    for (std::size_t at = 0; at < end; at += kCacheLine) {
+      if (for_write) prefetch_for_write(entry + at);
+      else prefetch_for_read(entry + at);
+    }
+  }
   // Whether `rank` has begun call `sequence` (its entry for it says so; the
   // entry holds that call or an earlier one, never a later one).
   bool has_begun(int rank, std::uint64_t sequence) const noexcept {
