@@ -10,14 +10,18 @@
 #include <fmt/format.h>
 
 #include <bit>
+#include <cstddef>
 #include <cstring>
 #include <type_traits>
 
 namespace chorus::coll {
 namespace {
 
+// An entry holds a signature as its header's part and the rest (the
+// layout hash) in its tail: see signature_in().
 static_assert(std::is_trivially_copyable_v<CallSignature> &&
-              sizeof(CallSignature) <= sizeof(shm::SlotHeader::signature));
+              sizeof(CallSignature) == shm::kSignatureBytes &&
+              offsetof(CallSignature, layout) == shm::kSignatureHeadBytes);
 
 // What a wait on the segment runs while it sleeps: the abort flag.
 auto abort_poll(const Collective& c) {
@@ -27,9 +31,21 @@ auto abort_poll(const Collective& c) {
   };
 }
 
-CallSignature signature_in(const shm::SlotHeader& header) {
+// `rank`'s signature of call `sequence` as far as it can differ from
+// `mine` (this rank's): the layout hash of the v-forms, in the entry's tail
+// (one more cache line to fetch), is read only where this rank's call has
+// one or the rest differs already (calls of one kind agree on having one).
+CallSignature signature_in(const shm::Segment& host, int rank, std::uint64_t sequence,
+                           const CallSignature& mine) {
   CallSignature s;
-  std::memcpy(&s, header.signature, sizeof s);
+  host.read_signature(rank, sequence, &s, false);
+  if (mine.layout != 0 || std::memcmp(&s, &mine, shm::kSignatureHeadBytes) != 0)
+    host.read_signature(rank, sequence, &s, true);
+  return s;
+}
+CallSignature whole_signature_in(const shm::Segment& host, int rank, std::uint64_t sequence) {
+  CallSignature s;
+  host.read_signature(rank, sequence, &s, true);
   return s;
 }
 
@@ -83,8 +99,8 @@ void retire_compared_calls(const Collective& c) {
   while (done < last && (p == 1 || host.has_begun(next, done + 1))) {
     ++done;
     // Neither entry can hold a later call yet: that waits for this rank's retired.
-    const CallSignature mine = signature_in(host.header(me, done));
-    const CallSignature theirs = signature_in(host.header(next, done));
+    const CallSignature mine = whole_signature_in(host, me, done);
+    const CallSignature theirs = signature_in(host, next, done, mine);
     if (mine != theirs) {
       auto seen = SignatureExtremes::of(mine, host.comm_rank(me));
       seen.add(theirs, host.comm_rank(next));
@@ -104,9 +120,7 @@ std::byte* begin_slot(const Collective& c, std::size_t need) {
   if (host.retired() + shm::kRingDepth / 2 < c.sequence) retire_compared_calls(c);
   host.wait_until_writable(c.sequence, need, c.deadline, abort_poll(c),
                            [&] { retire_compared_calls(c); });
-  shm::SlotHeader& mine = host.header(host.rank(), c.sequence);
-  if (c.signature != nullptr) std::memcpy(mine.signature, c.signature, sizeof(CallSignature));
-  else std::memset(mine.signature, 0, sizeof mine.signature);
+  host.write_signature(c.sequence, c.signature);
   return host.claim(c.sequence, need);
 }
 
@@ -117,7 +131,10 @@ void check_every_signature(const Collective& c) {
   if (c.signature == nullptr) return;
   const shm::Segment& host = *c.host;
   auto seen = SignatureExtremes::of(*c.signature, host.comm_rank(host.rank()));
-  for (int q = 0; q < host.size(); ++q) seen.add(signature_in(wait_for_slot(c, q)), host.comm_rank(q));
+  for (int q = 0; q < host.size(); ++q) {
+    wait_for_slot(c, q);
+    seen.add(whole_signature_in(host, q, c.sequence), host.comm_rank(q));
+  }
   if (!seen.agree()) throw mismatch_error(c.sequence, seen, algorithm_name);
 }
 
@@ -126,7 +143,9 @@ void check_every_signature(const Collective& c) {
 // the mismatch named.
 const std::byte* wait_for_data(const Collective& c, int rank, std::size_t bytes) {
   const shm::SlotHeader& header = wait_for_slot(c, rank, rank == c.host->rank() ? 0 : bytes);
-  if (c.signature != nullptr && signature_in(header) != *c.signature) check_every_signature(c);
+  if (c.signature != nullptr &&
+      signature_in(*c.host, rank, c.sequence, *c.signature) != *c.signature)
+    check_every_signature(c);
   if (header.bytes() != bytes)
     throw Error(ErrorCode::mismatched_collective,
                 fmt::format("rank {}: rank {} wrote {} bytes into its shared-memory slot for call "
@@ -202,8 +221,9 @@ void contribute_streaming(const Collective& c, const void* source, std::size_t b
     if (at + n > window) {
       readers([&](int q) {
         if (!readers_checked) {
-          const shm::SlotHeader& theirs = wait_for_slot(c, q);
-          if (c.signature != nullptr && signature_in(theirs) != *c.signature)
+          wait_for_slot(c, q);
+          if (c.signature != nullptr &&
+              signature_in(*c.host, q, c.sequence, *c.signature) != *c.signature)
             check_every_signature(c);
         }
         wait_streamed(c, q, at + n - window);
@@ -246,11 +266,11 @@ void reduce_slots(const Collective& c, void* recv, std::size_t offset, std::size
 
 HostCallCheck::HostCallCheck(const Collective& collective, const CallSignature& mine,
                              std::string_view (*name_algorithm)(std::uint8_t))
-    : collective_(collective), name_algorithm_(name_algorithm),
+    : collective_(collective), name_algorithm_(name_algorithm), mine_(mine),
       extremes_(SignatureExtremes::of(mine, collective.host->rank())) {
   shm::Segment& host = *collective.host;
   begin_slot(collective, 0);
-  std::memcpy(host.header(host.rank(), collective.sequence).signature, &mine, sizeof mine);
+  host.write_signature(collective.sequence, &mine);
   host.publish(collective.sequence, 0);
 }
 
@@ -258,7 +278,8 @@ void HostCallCheck::poll() {
   shm::Segment& host = *collective_.host;
   const int p = host.size();
   while (seen_ < p && host.has_begun(seen_, collective_.sequence)) {
-    extremes_.add(signature_in(wait_for_slot(collective_, seen_)), seen_);
+    wait_for_slot(collective_, seen_);
+    extremes_.add(signature_in(host, seen_, collective_.sequence, mine_), seen_);
     ++seen_;
   }
   if (seen_ == p && !extremes_.agree())
@@ -738,8 +759,10 @@ void shm_hierarchical_allreduce(const Collective& c_all, const Operands& o) {
   // ranks' inputs in local-rank order.
   // (With the check off, all-zero signatures: they always agree.)
   auto extremes = SignatureExtremes::of(c.signature ? *c.signature : CallSignature{}, me);
-  for (int q = 1; q < host.size() && c.signature != nullptr; ++q)
-    extremes.add(signature_in(wait_for_slot(c, q)), host.comm_rank(q));
+  for (int q = 1; q < host.size() && c.signature != nullptr; ++q) {
+    wait_for_slot(c, q);
+    extremes.add(signature_in(host, q, c.sequence, *c.signature), host.comm_rank(q));
+  }
   // While the calls agree; else the sizes may differ: the data is left
   // alone, and the mismatch named once every leader has every signature.
   const auto agreed = [&] { return extremes.agree(); };

@@ -45,6 +45,7 @@ class HostCallCheck final : public CallCheck {
   const Collective& collective_;
   std::string_view (*name_algorithm_)(std::uint8_t);
   int seen_ = 0;  // ranks whose signature was read, in rank order
+  const CallSignature mine_;
   SignatureExtremes extremes_;
 };
 

@@ -5,10 +5,11 @@
 // Layout: a header, a wake word, an abort notice, one record per rank (its
 // pid, for liveness), one "retired" word per rank, a ring of kRingDepth
 // entries per rank, and two large slots per rank. Call s writes only its
-// own rank's entry s % kRingDepth (single writer, any readers): a 48-byte
-// header (the call's sequence number and signature, the bytes written)
-// followed by up to kEntryDataBytes of data, or, for more, its large slot
-// s % 2 (up to slot_bytes()).
+// own rank's entry s % kRingDepth (single writer, any readers): a 32-byte
+// header (the call's sequence number, most of its signature, the bytes
+// written) followed by up to kEntryDataBytes of data, or, for more, its
+// large slot s % 2 (up to slot_bytes()), and a 16-byte tail (the rest of
+// the signature, a word for a call's second step).
 //
 // Reuse without reference counts or allocation: a rank reads what a call
 // wrote within that call, except one thing: every rank compares its
@@ -77,8 +78,9 @@ inline void prefetch_for_write(const void* line) noexcept {
 inline void prefetch_for_read(const void* line) noexcept { __builtin_prefetch(line, 0, 3); }
 
 // A ring entry begins on a cache line with this header; small data follows
-// at once, so that a small call's data (up to 16 bytes) shares the header's
-// line: one cache line moves between cores per rank and call.
+// at once, so that a small call's data (up to 32 bytes) shares the header's
+// line: one cache line moves between cores per rank and call. What a small
+// call's readers need not read is in the entry's last 16 bytes (EntryTail).
 struct SlotHeader {
   std::atomic<std::uint64_t> sequence{0};  // the call this entry holds; 0: none yet
   // The data bytes written (below 2 GiB), and in the top bit whether they
@@ -89,7 +91,20 @@ struct SlotHeader {
   // AllReduce: its rounds), or a reader's of a stream larger than the
   // slot, the bytes it has consumed.
   std::atomic<std::uint32_t> streamed{0};
-  std::byte signature[24] = {};            // the call's coll::CallSignature
+  // The call's signature (coll::CallSignature, kSignatureBytes): its first
+  // kSignatureHeadBytes here, the rest (the v-forms' layout hash, 0 for
+  // every other call) in the tail.
+  std::byte signature[16] = {};
+
+  static constexpr std::uint32_t kInLargeSlot = 1u << 31;
+  std::size_t bytes() const noexcept { return size_and_place & ~kInLargeSlot; }
+  bool in_entry() const noexcept { return (size_and_place & kInLargeSlot) == 0; }
+};
+static_assert(sizeof(SlotHeader) == 32);
+
+// A ring entry's last 16 bytes.
+struct EntryTail {
+  std::byte signature_rest[8] = {};  // see SlotHeader::signature
   // 0 when the entry is claimed; then either a second step's mark (the
   // hierarchical AllReduce's leader: the result is written), with the same
   // call number, or the rounds this rank has reduced (two-shot AllReduce),
@@ -97,12 +112,12 @@ struct SlotHeader {
   // allgather or alltoall), the bytes this rank has consumed of every
   // other's.
   std::atomic<std::uint64_t> second{0};
-
-  static constexpr std::uint32_t kInLargeSlot = 1u << 31;
-  std::size_t bytes() const noexcept { return size_and_place & ~kInLargeSlot; }
-  bool in_entry() const noexcept { return (size_and_place & kInLargeSlot) == 0; }
 };
-static_assert(sizeof(SlotHeader) == 48);
+static_assert(sizeof(EntryTail) == 16);
+
+// The bytes of a call's signature an entry holds, and of them the header's.
+inline constexpr std::size_t kSignatureBytes = 24;
+inline constexpr std::size_t kSignatureHeadBytes = sizeof(SlotHeader::signature);
 
 // The unit of the segment's layout: records, words and entries begin on one.
 inline constexpr std::size_t kCacheLine = 64;
@@ -110,10 +125,10 @@ inline constexpr std::size_t kCacheLine = 64;
 // The calls a rank's ring holds: how far a rooted call's writer may run
 // ahead of its readers, and how late a signature may be compared.
 inline constexpr std::uint64_t kRingDepth = 64;
-// The bytes of a ring entry, and of data that goes in it (after the header)
-// rather than in the large slot.
+// The bytes of a ring entry, and of data that goes in it (between the
+// header and the tail) rather than in the large slot.
 inline constexpr std::size_t kEntryBytes = 256;
-inline constexpr std::size_t kEntryDataBytes = kEntryBytes - sizeof(SlotHeader);
+inline constexpr std::size_t kEntryDataBytes = kEntryBytes - sizeof(SlotHeader) - sizeof(EntryTail);
 // From one rank's ring to the next: a cache line more than the entries, so
 // that two ranks' entries of one call differ in their low 12 address bits
 // (a load from a peer's entry that matched this rank's last store there
@@ -154,6 +169,15 @@ class Segment {
     return *reinterpret_cast<SlotHeader*>(ring_ + static_cast<std::size_t>(rank) * kRingStride +
                                           sequence % kRingDepth * kEntryBytes);
   }
+  EntryTail& tail(int rank, std::uint64_t sequence) const noexcept {
+    return *reinterpret_cast<EntryTail*>(reinterpret_cast<std::byte*>(&header(rank, sequence)) +
+                                         kEntryBytes - sizeof(EntryTail));
+  }
+  // This rank's signature of call `sequence` (kSignatureBytes; null: none,
+  // zeros), written before the call is published; and `rank`'s, read into
+  // `out`: its head, and its rest when `whole` (one more line to fetch).
+  void write_signature(std::uint64_t sequence, const void* signature) noexcept;
+  void read_signature(int rank, std::uint64_t sequence, void* out, bool whole) const noexcept;
   // Where `rank` wrote (or, for this rank after claim(), writes) the data of
   // call `sequence`: its entry or its large slot, as the header says.
   std::byte* data(int rank, std::uint64_t sequence) const noexcept {
@@ -221,7 +245,7 @@ class Segment {
     SlotHeader& mine = header(rank_, sequence);
     mine.size_and_place = need <= kEntryDataBytes ? 0 : SlotHeader::kInLargeSlot;
     mine.streamed.store(0, std::memory_order_relaxed);  // published by publish()'s store
-    mine.second.store(0, std::memory_order_relaxed);
+    tail(rank_, sequence).second.store(0, std::memory_order_relaxed);
     return data(rank_, sequence);
   }
   // The last call up to which this rank compared its successor's signature
@@ -256,14 +280,14 @@ class Segment {
   // two-shot AllReduce: the rounds it has reduced), and consume() to move
   // that on (wakes sleepers).
   std::size_t consumed(int rank, std::uint64_t sequence) const noexcept {
-    return static_cast<std::size_t>(header(rank, sequence).second.load(std::memory_order_acquire));
+    return static_cast<std::size_t>(tail(rank, sequence).second.load(std::memory_order_acquire));
   }
   void consume(std::uint64_t sequence, std::size_t bytes);
   // Marks this rank's second step of call `sequence` done (what it wrote
   // for it is visible); wakes sleepers.
   void publish_second(std::uint64_t sequence);
   bool has_done_second(int rank, std::uint64_t sequence) const noexcept {
-    return header(rank, sequence).second.load(std::memory_order_acquire) >= sequence;
+    return tail(rank, sequence).second.load(std::memory_order_acquire) >= sequence;
   }
 
   // Until `ready()`; `poll` runs every 10 ms of sleeping (it may throw: the
