@@ -18,7 +18,7 @@ namespace chorus::coll {
 namespace {
 
 // An entry holds a signature as its header's part and the rest (the
-// layout hash) in its tail: see signature_in().
+// layout hash) in its tail: see Segment::signature_is().
 static_assert(std::is_trivially_copyable_v<CallSignature> &&
               sizeof(CallSignature) == shm::kSignatureBytes &&
               offsetof(CallSignature, layout) == shm::kSignatureHeadBytes);
@@ -31,21 +31,10 @@ auto abort_poll(const Collective& c) {
   };
 }
 
-// `rank`'s signature of call `sequence` as far as it can differ from
-// `mine` (this rank's): the layout hash of the v-forms, in the entry's tail
-// (one more cache line to fetch), is read only where this rank's call has
-// one or the rest differs already (calls of one kind agree on having one).
-CallSignature signature_in(const shm::Segment& host, int rank, std::uint64_t sequence,
-                           const CallSignature& mine) {
+// `rank`'s signature of call `sequence`.
+CallSignature signature_in(const shm::Segment& host, int rank, std::uint64_t sequence) {
   CallSignature s;
-  host.read_signature(rank, sequence, &s, false);
-  if (mine.layout != 0 || std::memcmp(&s, &mine, shm::kSignatureHeadBytes) != 0)
-    host.read_signature(rank, sequence, &s, true);
-  return s;
-}
-CallSignature whole_signature_in(const shm::Segment& host, int rank, std::uint64_t sequence) {
-  CallSignature s;
-  host.read_signature(rank, sequence, &s, true);
+  host.read_signature(rank, sequence, &s);
   return s;
 }
 
@@ -99,9 +88,9 @@ void retire_compared_calls(const Collective& c) {
   while (done < last && (p == 1 || host.has_begun(next, done + 1))) {
     ++done;
     // Neither entry can hold a later call yet: that waits for this rank's retired.
-    const CallSignature mine = whole_signature_in(host, me, done);
-    const CallSignature theirs = signature_in(host, next, done, mine);
-    if (mine != theirs) {
+    const CallSignature mine = signature_in(host, me, done);
+    if (!host.signature_is(next, done, &mine)) {
+      const CallSignature theirs = signature_in(host, next, done);
       auto seen = SignatureExtremes::of(mine, host.comm_rank(me));
       seen.add(theirs, host.comm_rank(next));
       throw mismatch_error(done, seen, algorithm_name);
@@ -133,7 +122,7 @@ void check_every_signature(const Collective& c) {
   auto seen = SignatureExtremes::of(*c.signature, host.comm_rank(host.rank()));
   for (int q = 0; q < host.size(); ++q) {
     wait_for_slot(c, q);
-    seen.add(whole_signature_in(host, q, c.sequence), host.comm_rank(q));
+    seen.add(signature_in(host, q, c.sequence), host.comm_rank(q));
   }
   if (!seen.agree()) throw mismatch_error(c.sequence, seen, algorithm_name);
 }
@@ -143,8 +132,7 @@ void check_every_signature(const Collective& c) {
 // the mismatch named.
 const std::byte* wait_for_data(const Collective& c, int rank, std::size_t bytes) {
   const shm::SlotHeader& header = wait_for_slot(c, rank, rank == c.host->rank() ? 0 : bytes);
-  if (c.signature != nullptr &&
-      signature_in(*c.host, rank, c.sequence, *c.signature) != *c.signature)
+  if (c.signature != nullptr && !c.host->signature_is(rank, c.sequence, c.signature))
     check_every_signature(c);
   if (header.bytes() != bytes)
     throw Error(ErrorCode::mismatched_collective,
@@ -222,8 +210,7 @@ void contribute_streaming(const Collective& c, const void* source, std::size_t b
       readers([&](int q) {
         if (!readers_checked) {
           wait_for_slot(c, q);
-          if (c.signature != nullptr &&
-              signature_in(*c.host, q, c.sequence, *c.signature) != *c.signature)
+          if (c.signature != nullptr && !c.host->signature_is(q, c.sequence, c.signature))
             check_every_signature(c);
         }
         wait_streamed(c, q, at + n - window);
@@ -279,7 +266,10 @@ void HostCallCheck::poll() {
   const int p = host.size();
   while (seen_ < p && host.has_begun(seen_, collective_.sequence)) {
     wait_for_slot(collective_, seen_);
-    extremes_.add(signature_in(host, seen_, collective_.sequence, mine_), seen_);
+    extremes_.add(host.signature_is(seen_, collective_.sequence, &mine_)
+                      ? mine_
+                      : signature_in(host, seen_, collective_.sequence),
+                  seen_);
     ++seen_;
   }
   if (seen_ == p && !extremes_.agree())
@@ -761,7 +751,9 @@ void shm_hierarchical_allreduce(const Collective& c_all, const Operands& o) {
   auto extremes = SignatureExtremes::of(c.signature ? *c.signature : CallSignature{}, me);
   for (int q = 1; q < host.size() && c.signature != nullptr; ++q) {
     wait_for_slot(c, q);
-    extremes.add(signature_in(host, q, c.sequence, *c.signature), host.comm_rank(q));
+    extremes.add(host.signature_is(q, c.sequence, c.signature) ? *c.signature
+                                                                : signature_in(host, q, c.sequence),
+                 host.comm_rank(q));
   }
   // While the calls agree; else the sizes may differ: the data is left
   // alone, and the mismatch named once every leader has every signature.

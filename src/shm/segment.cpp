@@ -305,26 +305,6 @@ std::string Segment::describe_writable_wait(int behind, std::uint64_t sequence, 
                      comm_rank(behind), sequence - 1, comm_rank(rank_), sequence);
 }
 
-void Segment::write_signature(std::uint64_t sequence, const void* signature) noexcept {
-  std::byte* head = header(rank_, sequence).signature;
-  std::byte* rest = tail(rank_, sequence).signature_rest;
-  if (signature == nullptr) {
-    std::memset(head, 0, kSignatureHeadBytes);
-    std::memset(rest, 0, kSignatureBytes - kSignatureHeadBytes);
-    return;
-  }
-  std::memcpy(head, signature, kSignatureHeadBytes);
-  std::memcpy(rest, static_cast<const std::byte*>(signature) + kSignatureHeadBytes,
-              kSignatureBytes - kSignatureHeadBytes);
-}
-
-void Segment::read_signature(int rank, std::uint64_t sequence, void* out, bool whole) const noexcept {
-  std::memcpy(out, header(rank, sequence).signature, kSignatureHeadBytes);
-  auto* rest = static_cast<std::byte*>(out) + kSignatureHeadBytes;
-  if (whole) std::memcpy(rest, tail(rank, sequence).signature_rest, kSignatureBytes - kSignatureHeadBytes);
-  else std::memset(rest, 0, kSignatureBytes - kSignatureHeadBytes);
-}
-
 void Segment::publish(std::uint64_t sequence, std::uint64_t bytes) {
   SlotHeader& mine = header(rank_, sequence);
   // Below 2 GiB (a slot, or a stream's whole size), under the place bit.

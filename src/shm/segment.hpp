@@ -45,6 +45,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -118,6 +119,8 @@ static_assert(sizeof(EntryTail) == 16);
 // The bytes of a call's signature an entry holds, and of them the header's.
 inline constexpr std::size_t kSignatureBytes = 24;
 inline constexpr std::size_t kSignatureHeadBytes = sizeof(SlotHeader::signature);
+inline constexpr std::size_t kSignatureRestBytes = sizeof(EntryTail::signature_rest);
+static_assert(kSignatureHeadBytes + kSignatureRestBytes == kSignatureBytes);
 
 // The unit of the segment's layout: records, words and entries begin on one.
 inline constexpr std::size_t kCacheLine = 64;
@@ -174,10 +177,34 @@ class Segment {
                                          kEntryBytes - sizeof(EntryTail));
   }
   // This rank's signature of call `sequence` (kSignatureBytes; null: none,
-  // zeros), written before the call is published; and `rank`'s, read into
-  // `out`: its head, and its rest when `whole` (one more line to fetch).
-  void write_signature(std::uint64_t sequence, const void* signature) noexcept;
-  void read_signature(int rank, std::uint64_t sequence, void* out, bool whole) const noexcept;
+  // zeros), written before the call is published. The rest (0 but in the
+  // v-forms) is stored only when it changes: a small call then writes
+  // nothing in its entry's tail.
+  void write_signature(std::uint64_t sequence, const void* signature) noexcept {
+    static constexpr std::byte kNone[kSignatureBytes] = {};
+    const auto* from = signature != nullptr ? static_cast<const std::byte*>(signature) : kNone;
+    std::memcpy(header(rank_, sequence).signature, from, kSignatureHeadBytes);
+    std::byte* rest = tail(rank_, sequence).signature_rest;
+    if (std::memcmp(rest, from + kSignatureHeadBytes, kSignatureRestBytes) != 0)
+      std::memcpy(rest, from + kSignatureHeadBytes, kSignatureRestBytes);
+  }
+  // Whether `rank`'s signature of call `sequence` is `signature`
+  // (kSignatureBytes): its rest, one more line to fetch, is compared only
+  // where `signature` has one (calls of one kind agree on having one).
+  bool signature_is(int rank, std::uint64_t sequence, const void* signature) const noexcept {
+    const auto* mine = static_cast<const std::byte*>(signature);
+    if (std::memcmp(header(rank, sequence).signature, mine, kSignatureHeadBytes) != 0) return false;
+    static constexpr std::byte kNone[kSignatureRestBytes] = {};
+    const std::byte* rest = mine + kSignatureHeadBytes;
+    return std::memcmp(rest, kNone, kSignatureRestBytes) == 0 ||
+           std::memcmp(tail(rank, sequence).signature_rest, rest, kSignatureRestBytes) == 0;
+  }
+  // `rank`'s whole signature of call `sequence`, into `out` (kSignatureBytes).
+  void read_signature(int rank, std::uint64_t sequence, void* out) const noexcept {
+    std::memcpy(out, header(rank, sequence).signature, kSignatureHeadBytes);
+    std::memcpy(static_cast<std::byte*>(out) + kSignatureHeadBytes,
+                tail(rank, sequence).signature_rest, kSignatureRestBytes);
+  }
   // Where `rank` wrote (or, for this rank after claim(), writes) the data of
   // call `sequence`: its entry or its large slot, as the header says.
   std::byte* data(int rank, std::uint64_t sequence) const noexcept {
@@ -245,7 +272,9 @@ class Segment {
     SlotHeader& mine = header(rank_, sequence);
     mine.size_and_place = need <= kEntryDataBytes ? 0 : SlotHeader::kInLargeSlot;
     mine.streamed.store(0, std::memory_order_relaxed);  // published by publish()'s store
-    tail(rank_, sequence).second.store(0, std::memory_order_relaxed);
+    // Stored only when it changes: a small call then writes nothing in its tail.
+    std::atomic<std::uint64_t>& second = tail(rank_, sequence).second;
+    if (second.load(std::memory_order_relaxed) != 0) second.store(0, std::memory_order_relaxed);
     return data(rank_, sequence);
   }
   // The last call up to which this rank compared its successor's signature
