@@ -37,6 +37,12 @@ CallSignature signature_in(const shm::Segment& host, int rank, std::uint64_t seq
   host.read_signature(rank, sequence, &s);
   return s;
 }
+// The same for a check that collects every rank's: `mine` where they agree
+// (compared in place), else read whole.
+CallSignature signature_in(const shm::Segment& host, int rank, std::uint64_t sequence,
+                           const CallSignature& mine) {
+  return host.signature_is(rank, sequence, &mine) ? mine : signature_in(host, rank, sequence);
+}
 
 // Until `rank`'s slot holds call c.sequence; then its header. A slot that
 // holds a later call is a peer that broke the protocol (or another job's
@@ -266,10 +272,7 @@ void HostCallCheck::poll() {
   const int p = host.size();
   while (seen_ < p && host.has_begun(seen_, collective_.sequence)) {
     wait_for_slot(collective_, seen_);
-    extremes_.add(host.signature_is(seen_, collective_.sequence, &mine_)
-                      ? mine_
-                      : signature_in(host, seen_, collective_.sequence),
-                  seen_);
+    extremes_.add(signature_in(host, seen_, collective_.sequence, mine_), seen_);
     ++seen_;
   }
   if (seen_ == p && !extremes_.agree())
@@ -751,9 +754,7 @@ void shm_hierarchical_allreduce(const Collective& c_all, const Operands& o) {
   auto extremes = SignatureExtremes::of(c.signature ? *c.signature : CallSignature{}, me);
   for (int q = 1; q < host.size() && c.signature != nullptr; ++q) {
     wait_for_slot(c, q);
-    extremes.add(host.signature_is(q, c.sequence, c.signature) ? *c.signature
-                                                                : signature_in(host, q, c.sequence),
-                 host.comm_rank(q));
+    extremes.add(signature_in(host, q, c.sequence, *c.signature), host.comm_rank(q));
   }
   // While the calls agree; else the sizes may differ: the data is left
   // alone, and the mismatch named once every leader has every signature.
