@@ -27,13 +27,19 @@ def t(r, column="oop_time_us"):
     return float(r[column])
 
 
-print("1. Small calls, time us (out of place), medians of 5 alternating runs; after / before per run")
+print("1. Small calls, time us (out of place, then in place), medians of 5 alternating runs; after / before per run")
 for p in (2, 4):
     for c in ("broadcast", "reduce", "allreduce"):
         base, new = rows(f"small_{c}_p{p}_base_*.csv"), rows(f"small_{c}_p{p}_new_*.csv")
         cells = [f"{size_name(s)} {med([t(r) for r in base[s]]):.3f} -> {med([t(r) for r in new[s]]):.3f}"
                  f" ({med([t(y) / t(x) for x, y in zip(base[s], new[s])]):.2f})" for s in sorted(new)]
         print(f"  p = {p} {c:9}: " + "; ".join(cells))
+        if c != "broadcast":  # broadcast has no in-place column
+            cells = [f"{size_name(s)} {med([t(r, 'ip_time_us') for r in base[s]]):.3f} -> "
+                     f"{med([t(r, 'ip_time_us') for r in new[s]]):.3f}"
+                     f" ({med([t(y, 'ip_time_us') / t(x, 'ip_time_us') for x, y in zip(base[s], new[s])]):.2f})"
+                     for s in sorted(new)]
+            print(f"  p = {p} {c:9} in place: " + "; ".join(cells))
 
 print("\n2. In-place time / out-of-place time, every AllReduce algorithm (-A all), medians of 3 launches")
 for kind, label in (("all_rewrite", "with --rewrite (the input written before every call)"),
