@@ -546,6 +546,16 @@ AlgorithmChoice choose_algorithm(CollectiveKind kind, std::string_view forced, s
   return {fallback, 0, reason};
 }
 
+bool host_segment_takes_every_allreduce(std::size_t host_slot_bytes, int p) {
+  // A row's need grows with the size: what fits at the largest fits below.
+  constexpr std::size_t largest = (std::size_t{1} << 31) - 1;
+  for (const AlgorithmRow& r : rows_of(CollectiveKind::allreduce))
+    if (r.host_slot_need != nullptr && r.runs_on(p) && r.preferred(largest, p) &&
+        r.host_slot_need(largest, p) <= host_slot_bytes)
+      return true;
+  return false;
+}
+
 std::optional<LevelSplit> hierarchical_levels(CollectiveKind kind, const CostModel& model,
                                               const Topology& topology, std::size_t bytes) {
   if (topology.hosts() < 2 || !topology.uniform() || !model.across_hosts.measured())

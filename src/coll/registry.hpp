@@ -156,6 +156,11 @@ AlgorithmChoice choose_algorithm(CollectiveKind kind, std::string_view forced, s
                                  const Topology* topology = nullptr,
                                  std::optional<std::size_t> own_host_slot_bytes = std::nullopt);
 
+// Whether a host segment of `host_slot_bytes` slots takes every automatic
+// AllReduce of p ranks (up to the 2 GiB a stream's size word holds), so that
+// choose_algorithm() never asks the selector for one.
+bool host_segment_takes_every_allreduce(std::size_t host_slot_bytes, int p);
+
 // What each level of hosts costs a hierarchical call of `kind` (its
 // choice_bytes `bytes`), by the levels the probe measured (CostModel::
 // within_host, across_hosts): the steps and the bytes each rank exchanges

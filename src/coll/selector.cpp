@@ -174,7 +174,7 @@ double median(std::vector<double> v) {
 }
 }  // namespace
 
-CostModel probe_cost_model(const Collective& c, bool with_call_check) {
+CostModel probe_cost_model(const Collective& c, bool with_call_check, bool time_variants) {
   transport::Transport& t = c.transport;
   const int r = t.rank(), p = t.size();
   CostModel model;
@@ -240,6 +240,37 @@ CostModel probe_cost_model(const Collective& c, bool with_call_check) {
     if (hosts.local_size(r) > 1) model.within_host = level(hosts.ranks_on(host), local_rank);
     model.across_hosts = level(hosts.peers_across_hosts(local_rank), host);
   }
+  // gamma, measured by rank 0, and rank 0's constants (with every rank's
+  // variant times, merged already) to every rank.
+  auto share_rank0_model = [&] {
+    if (r == 0) {
+      // gamma: c = a + b on float32, the reduction every algorithm runs.
+      const std::size_t count = 256 * 1024;
+      std::vector<float> a(count, 1.0f), b(count, 2.0f), out(count);
+      std::vector<double> samples;
+      for (int i = 0; i < 7; ++i) {
+        const auto start = transport::Clock::now();
+        reduce::reduce(out.data(), a.data(), b.data(), count, DataType::float32, ReduceOp::sum);
+        samples.push_back(std::chrono::duration<double>(transport::Clock::now() - start).count());
+      }
+      model.gamma = median(samples) / static_cast<double>(count * sizeof(float));
+      std::vector<transport::RequestPtr> sends;
+      for (int q = 1; q < p; ++q) sends.push_back(t.isend(q, c.message_tag(1, 0, 0), &model, sizeof model));
+      fresh(c.sequence).wait_all(sends);
+    } else {
+      auto received = t.irecv(0, c.message_tag(1, 0, 0), &model, sizeof model);
+      const Collective last = fresh(c.sequence);
+      last.wait(*received);
+      bool sane = received->received_bytes() == sizeof model;
+      for (double x : {model.alpha, model.beta, model.gamma, model.overhead})
+        sane = sane && std::isfinite(x) && x >= 0;
+      if (!sane)
+        last.fail(Error(ErrorCode::peer_failure,
+                     fmt::format("rank {}: the cost model from rank 0 is malformed", r)));
+    }
+    return model;
+  };
+  if (!time_variants) return share_rank0_model();
   // Every variant at every calibration size, float32 sum, on sequence
   // numbers of the probe's own (about 5300 calls), half the tags' 16-bit
   // sequence space away from the first calls'.
@@ -378,32 +409,7 @@ CostModel probe_cost_model(const Collective& c, bool with_call_check) {
     }
   }
   model.calibrated = true;
-  if (r == 0) {
-    // gamma: c = a + b on float32, the reduction every algorithm runs.
-    const std::size_t count = 256 * 1024;
-    std::vector<float> a(count, 1.0f), b(count, 2.0f), out(count);
-    std::vector<double> samples;
-    for (int i = 0; i < 7; ++i) {
-      const auto start = transport::Clock::now();
-      reduce::reduce(out.data(), a.data(), b.data(), count, DataType::float32, ReduceOp::sum);
-      samples.push_back(std::chrono::duration<double>(transport::Clock::now() - start).count());
-    }
-    model.gamma = median(samples) / static_cast<double>(count * sizeof(float));
-    std::vector<transport::RequestPtr> sends;
-    for (int q = 1; q < p; ++q) sends.push_back(t.isend(q, c.message_tag(1, 0, 0), &model, sizeof model));
-    fresh(c.sequence).wait_all(sends);
-  } else {
-    auto received = t.irecv(0, c.message_tag(1, 0, 0), &model, sizeof model);
-    const Collective last = fresh(c.sequence);
-    last.wait(*received);
-    bool sane = received->received_bytes() == sizeof model;
-    for (double x : {model.alpha, model.beta, model.gamma, model.overhead})
-      sane = sane && std::isfinite(x) && x >= 0;
-    if (!sane)
-      last.fail(Error(ErrorCode::peer_failure,
-                   fmt::format("rank {}: the cost model from rank 0 is malformed", r)));
-  }
-  return model;
+  return share_rank0_model();
 }
 
 }  // namespace chorus::coll

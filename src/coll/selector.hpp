@@ -78,14 +78,15 @@ class Selector {
 };
 
 // Measures alpha, overhead and beta with steps in which every rank sends and
-// receives at once, gamma by reducing, and then times every variant at
-// CostModel::kCalibrationBytes (0.35 s at p = 2, about 0.9 s at p = 4 on two
-// cores); every rank gets the same model (the slowest rank's variant times,
-// rank 0's constants), so that all ranks decide alike. Collective: every
-// rank calls it with the same `c`. `with_call_check`: time each call with
-// its call check beside it, as the communicator runs calls unless
-// CHORUS_CHECK=0.
-CostModel probe_cost_model(const Collective& c, bool with_call_check);
+// receives at once, gamma by reducing, and then, with `time_variants`,
+// times every variant at CostModel::kCalibrationBytes (0.35 s at p = 2,
+// 1-2.6 s at p = 3-4 on two cores; without, tens of milliseconds and the
+// model is not `calibrated`: the formulas decide). Every rank gets the same
+// model (the slowest rank's variant times, rank 0's constants), so that all
+// ranks decide alike. Collective: every rank calls it with the same `c` and
+// `time_variants`. `with_call_check`: time each call with its call check
+// beside it, as the communicator runs calls unless CHORUS_CHECK=0.
+CostModel probe_cost_model(const Collective& c, bool with_call_check, bool time_variants = true);
 
 
 }  // namespace chorus::coll

@@ -161,10 +161,10 @@ std::unique_ptr<shm::Segment> attach_own_host_segment(transport::Transport& t,
 }
 
 // Cost models this process has probed, by what they measured: the
-// transport, the ranks' places on hosts, the host segment, the call check.
-// A new communicator whose every rank has probed one for its key takes rank
-// 0's instead of probing again: a probe takes about a second at p = 4 on
-// two cores, and an MPI program under libchorus_pmpi makes a communicator
+// transport, the ranks' places on hosts, the host segment, the call check,
+// whether the variants were timed. A new communicator whose every rank has
+// probed one for its key takes rank 0's instead of probing again: a probe
+// that times the variants takes 1-2.6 s at p = 3-4 on two cores, and an MPI program under libchorus_pmpi makes a communicator
 // per MPI communicator it uses (test suites make hundreds).
 struct ProbedModels {
   std::mutex mutex;
@@ -265,8 +265,15 @@ Communicator::Impl::Impl(std::unique_ptr<transport::Transport> t,
     model = *inherited;
     cost_model_source = "parent communicator";
   } else {
-    const std::string key = fmt::format("{}|{}|{}|{}", transport->name(), topology->describe(),
-                                        host ? 1 : 0, check_calls ? 1 : 0);
+    // Where the host segment takes every automatic AllReduce (the other
+    // collectives choose by size alone), the variants' times would decide
+    // only among a forced family's variants ("direct"), where the formulas
+    // with the measured constants do. Timing them took 0.35 s at p = 2 and
+    // 1-2.6 s at p = 3-4 on two cores.
+    const bool time_variants =
+        !host || !coll::host_segment_takes_every_allreduce(host->slot_bytes(), transport->size());
+    const std::string key = fmt::format("{}|{}|{}|{}|{}", transport->name(), topology->describe(),
+                                        host ? 1 : 0, check_calls ? 1 : 0, time_variants ? 1 : 0);
     if (auto agreed = model_every_rank_has(key, transport->size(), tuning.model, allgather)) {
       std::tie(model, cost_model_source) = std::move(*agreed);
     } else {
@@ -274,10 +281,11 @@ Communicator::Impl::Impl(std::unique_ptr<transport::Transport> t,
                              &abort_requested, &scratch};
       probe.topology = &*topology;  // the levels of hosts are measured too
       const auto start = transport::Clock::now();
-      model = coll::probe_cost_model(probe, check_calls);
+      model = coll::probe_cost_model(probe, check_calls, time_variants);
       cost_model_source = fmt::format(
-          "probe, {:.0f} ms",
-          std::chrono::duration<double, std::milli>(transport::Clock::now() - start).count());
+          "probe, {:.0f} ms{}",
+          std::chrono::duration<double, std::milli>(transport::Clock::now() - start).count(),
+          time_variants ? "" : ", variants untimed: the host segment takes every AllReduce");
       auto& models = probed_models();
       std::lock_guard lock(models.mutex);
       models.by_key.emplace(key, model);

@@ -396,6 +396,46 @@ TEST(HostSegment, AStaleSegmentOfADeadJobIsRemovedAndDoesNotConfuseANewOne) {
   std::filesystem::remove(live);
 }
 
+// Where the host segment takes every automatic AllReduce, the probe
+// measures the constants and times no variant (seconds at p = 3-4 on two
+// cores, for choices the segment makes anyway); a forced family chooses by
+// the formulas then. Without a segment, or with slots too small for
+// two-shot's rounds (some sizes then ask the model), it times them all.
+TEST(HostSegment, TakingEveryAllReduceSparesTheProbeTimingTheVariants) {
+  const auto probe_of = [](bool segment_takes_all) {
+    return testing::run_ranks(3, [segment_takes_all](Communicator& comm) {
+      auto& engine = CommunicatorAccess::engine(comm);
+      const coll::CostModel& model = engine.cost_model();
+      require(model.alpha > 0 && model.gamma > 0, "the constants were not measured");
+      require(model.calibrated != segment_takes_all,
+              segment_takes_all ? "the probe timed the variants the segment replaces"
+                                : "the probe did not time the variants the choice needs");
+      if (!segment_takes_all) return;
+      for (std::size_t bytes : {std::size_t{8}, std::size_t{1} << 20, std::size_t{1} << 30})
+        require(engine.choose(coll::CollectiveKind::allreduce, "", bytes).row->host_slot_need !=
+                    nullptr,
+                "an automatic AllReduce left the segment");
+      require(engine.choose(coll::CollectiveKind::allreduce, "direct", 1 << 20).row->family ==
+                  "direct",
+              "a forced family without variant times");
+      std::vector<float> x(1 << 12, 1.0f);
+      CallOptions direct;
+      direct.algorithm = Algorithm::direct;
+      comm.allreduce(x.data(), x.data(), x.size(), DataType::float32, ReduceOp::sum, direct);
+      require(x[0] == 3 && x.back() == 3, "a forced direct AllReduce");
+    });
+  };
+  expect_all_passed(probe_of(true));
+  ::setenv("CHORUS_SHM", "0", 1);
+  const auto without_segment = probe_of(false);
+  ::unsetenv("CHORUS_SHM");
+  expect_all_passed(without_segment);
+  ::setenv("CHORUS_SHM_BYTES", "4096", 1);
+  const auto small_slots = probe_of(false);
+  ::unsetenv("CHORUS_SHM_BYTES");
+  expect_all_passed(small_slots);
+}
+
 TEST(HostSegment, ShmZeroTurnsItOffAndCallsStillRun) {
   ::setenv("CHORUS_SHM", "0", 1);
   const auto outcomes = testing::run_ranks(2, [](Communicator& comm) {
