@@ -69,13 +69,19 @@ void direct_two_shot_allreduce(const Collective& c, const void* send, void* recv
   }
   const auto up = static_cast<std::size_t>(p);
   const NearEqualChunks chunks{count, up};
-  auto chunk_count = [&](int q) { return chunks.size(static_cast<std::size_t>(q)); };
-  auto chunk_offset = [&](int q) { return chunks.offset(static_cast<std::size_t>(q)) * esize; };
+  // Rank q reduces chunk q, or in place chunk (q + call) % p: then the chunk
+  // a rank sums into is one it received itself in the call before, not the
+  // one every peer has just read from it (ring_allreduce says why that is
+  // slow).
+  const std::size_t turn = send == recv ? c.sequence % up : 0;
+  auto chunk_of = [&](int q) { return (static_cast<std::size_t>(q) + turn) % up; };
+  auto chunk_count = [&](int q) { return chunks.size(chunk_of(q)); };
+  auto chunk_offset = [&](int q) { return chunks.offset(chunk_of(q)) * esize; };
   const std::size_t mine = chunk_count(r);
   const auto* in = static_cast<const std::byte*>(send);
   auto* out = static_cast<std::byte*>(recv);
 
-  // Reduce-scatter: everyone's piece of chunk r lands in slot q; ours is
+  // Reduce-scatter: everyone's piece of this rank's chunk lands in slot q; ours is
   // copied in too, since recv may be send and is written below.
   std::byte* slots = c.scratch_buffer(0, up * mine * esize);
   auto slot = [&](int q) { return slots + static_cast<std::size_t>(q) * mine * esize; };

@@ -29,8 +29,15 @@ void halving_doubling_allreduce(const Collective& c, const void* send, void* rec
     fold.finish();
     return;
   }
-  const int p2 = fold.p2(), vr = fold.virtual_rank();
-  auto real_rank = [&](int v) { return fold.real_rank(v); };
+  // In place, the virtual ranks are relabelled (xor p2 / 2) every other
+  // call: each rank then keeps, at the first halving step, the half it
+  // received in the last doubling step of the call before, lines it holds
+  // alone, instead of the half its partner has just read (ring_allreduce
+  // says why that is slow). Out of place, the copy above takes every line
+  // back anyway. Xor keeps the hypercube: partners stay partners.
+  const int relabel = send == recv && c.sequence % 2 == 1 ? fold.p2() / 2 : 0;
+  const int p2 = fold.p2(), vr = fold.virtual_rank() ^ relabel;
+  auto real_rank = [&](int v) { return fold.real_rank(v ^ relabel); };
   std::byte* incoming = c.scratch_buffer(0, bytes);
 
   // Blocks: count split into p2 parts; [lo, hi) is a range of blocks.

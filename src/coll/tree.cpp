@@ -161,9 +161,19 @@ void tree_allreduce(const Collective& c, const void* send, void* recv, std::size
   const auto* in = static_cast<const std::byte*>(send);
   auto* out = static_cast<std::byte*>(recv);
   const std::size_t first_half = (count + 1) / 2;
-  TreeRun trees[2] = {
-      TreeRun(c, 0, in, out, first_half, type, op),
-      TreeRun(c, 1, in + first_half * esize, out + first_half * esize, count - first_half, type, op)};
+  // In place at p = 2 (each rank the root of one tree) the trees swap halves
+  // every call, so that a root sums into the half it received itself in the
+  // call before, not into lines its peer has just read (ring_allreduce says
+  // why that is slow).
+  const int swap = p == 2 && send == recv ? static_cast<int>(c.sequence % 2) : 0;
+  const struct {
+    std::size_t first, count;
+  } halves[2] = {{0, first_half}, {first_half, count - first_half}};
+  const auto tree = [&](int which) {
+    const auto& half = halves[which ^ swap];
+    return TreeRun(c, which, in + half.first * esize, out + half.first * esize, half.count, type, op);
+  };
+  TreeRun trees[2] = {tree(0), tree(1)};
   auto advance_both = [&] { return trees[0].advance() | trees[1].advance(); };
   bool looked_twice = false;
   while (!trees[0].done() || !trees[1].done()) {

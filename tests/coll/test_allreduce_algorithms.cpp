@@ -126,12 +126,13 @@ using Algorithm = void (*)(const Collective&, const void*, void*, std::size_t, D
 
 // Runs `algorithm` on p threads; returns every rank's result.
 std::vector<Bytes> run(Algorithm algorithm, int p, std::size_t count, DataType type, ReduceOp op,
-                       bool in_place, const std::function<Bytes(int)>& make_input) {
+                       bool in_place, const std::function<Bytes(int)>& make_input,
+                       std::uint64_t sequence = 7) {
   std::vector<Bytes> results(static_cast<std::size_t>(p));
   testing::run_on_local_transports(p, [&](transport::LocalTransport& t, int r) {
     Bytes send = make_input(r);
     Bytes& out = results[static_cast<std::size_t>(r)];
-    Collective c{t, 7, transport::deadline_after(120)};
+    Collective c{t, sequence, transport::deadline_after(120)};
     if (in_place) {
       out = send;
       algorithm(c, out.data(), out.data(), count, type, op);
@@ -253,6 +254,26 @@ TEST(Algorithms, InPlaceRingReusesItsLandingWindowInTurn) {
     for (int r = 0; r < p; ++r)
       ASSERT_TRUE(got[static_cast<std::size_t>(r)] == want) << "p " << p << ", rank " << r;
   }
+}
+
+TEST(Algorithms, InPlaceTheirPartsTakeTurnsByCallAndSumRight) {
+  // In place, which rank sums which part of the buffer turns with the
+  // call's sequence number (the ring and the tree at p = 2, halving-doubling
+  // every other call, direct two-shot by p): consecutive calls, every turn,
+  // parts of unequal length (a count not divisible by p), several segments.
+  const std::size_t count = 3 * kRingSegmentBytes / sizeof(float) + 1;
+  for (const char* name : {"ring", "tree", "halving_doubling", "direct_two_shot"})
+    for (int p : {2, 3, 4}) {
+      const Bytes want = reference(DataType::float32, ReduceOp::sum, p, count);
+      for (std::uint64_t sequence : {7, 8, 9, 10}) {
+        const auto got = run(algorithm_named(name), p, count, DataType::float32, ReduceOp::sum, true,
+                             [&](int r) { return input(DataType::float32, ReduceOp::sum, r, count); },
+                             sequence);
+        for (int r = 0; r < p; ++r)
+          ASSERT_TRUE(got[static_cast<std::size_t>(r)] == want)
+              << name << ", p " << p << ", call #" << sequence << ", rank " << r;
+      }
+    }
 }
 
 TEST(Collective, WaitAllEndsAtTheFirstFailureWhicheverRequestItIs) {

@@ -129,7 +129,7 @@ void ring_reduce_scatter(const Collective& c, const RingReduceScatter& ring) {
       const std::size_t first = seg.first(s), length = seg.length(n(j), s);
       std::byte* sum = dest(j, step) + first * esize;
       std::byte* arrived = landing(j, step, s);
-      if (length && arrived == sum) {
+      if (length && (arrived == sum || ring.sum_into_input)) {
         reduce::reduce(sum, arrived, mine(j, first), length, ring.type, ring.op);
       } else if (length) {
         // In place the sum belongs where this rank's input is, in lines a
@@ -140,9 +140,10 @@ void ring_reduce_scatter(const Collective& c, const RingReduceScatter& ring) {
         // 1 MiB: 190-280 us against 64 us).
         reduce::reduce(arrived, arrived, mine(j, first), length, ring.type, ring.op);
         copy_memory(sum, arrived, length * esize);
-        if (const std::size_t later = s + kLandingSegments; later < receives.size())
-          receives[later] = post_receive(j, step, later);  // where this one landed
       }
+      if (length && arrived != sum)  // the landing place is free again
+        if (const std::size_t later = s + kLandingSegments; later < receives.size())
+          receives[later] = post_receive(j, step, later);
       if (step < last_step)  // forward the partial sum at once: the pipeline
         sends.push_back(t.isend(next, c.message_tag(ring.phase, static_cast<unsigned>(step + 1),
                                                     static_cast<unsigned>(s)),
