@@ -35,17 +35,19 @@ void ring_allreduce(const Collective& c, const void* send, void* recv, std::size
   // place there) from what arrives and this rank's send; in place, what
   // arrives lands in scratch first.
   //
-  // In place at p = 2 the ranks swap halves every call, and each sums
-  // straight into its input. The half a rank finishes was read by its peer
+  // In place the block a rank finishes turns with the call (its sequence
+  // number, which every rank knows), and the final sum goes straight into
+  // the input. The block a rank finished before was read by its successor
   // in the last call's allgather; summing into lines a peer holds loads
   // each shared and then takes it back, so the sum went to scratch and was
-  // copied over (ring_reduce_scatter). Swapped, each rank finishes the half
-  // it received itself last call, lines it holds alone: no copy (in place /
-  // out of place, p = 2, 1 and 4 MiB, 5 runs: 1.31 / 1.31 -> 1.00 / 1.05,
-  // with --rewrite 1.07 / 1.06 -> 0.99 / 1.04; docs/performance.md "Tenth
-  // pass"). Every rank knows c.sequence, so all agree on the owners.
-  const bool swap_halves = p == 2 && send == recv;
-  const int shift = swap_halves ? static_cast<int>(c.sequence % 2) : 0;
+  // copied over (ring_reduce_scatter). Turned, each rank finishes the block
+  // it received last in the call before's allgather and did not forward:
+  // lines it holds alone, no copy (in place / out of place, p = 2, 1 and 4
+  // MiB, 6 runs: 1.31 / 1.31 -> 1.05 / 1.11, with --rewrite 1.01 / 1.05 ->
+  // 0.99 / 1.02; docs/performance.md "Tenth pass"). The partial sums of the
+  // steps before (p > 2) are forwarded from the input's place, lines the
+  // successor read: those still land in scratch.
+  const int shift = send == recv ? static_cast<int>(c.sequence % static_cast<std::uint64_t>(p)) : 0;
   const int owned = (position + 1 + shift) % p;
   ring_reduce_scatter(c, {.blocks = blocks,
                           .type = type,
@@ -56,7 +58,7 @@ void ring_allreduce(const Collective& c, const void* send, void* recv, std::size
                           .finish = 1 + shift,
                           .phase = 0,
                           .order = in_order,
-                          .sum_into_input = swap_halves});
+                          .result_into_input = send == recv});
   ring_allgather(c, blocks, esize, out, 1 + shift, 1, nullptr, in_order);
 }
 

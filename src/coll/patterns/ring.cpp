@@ -129,7 +129,7 @@ void ring_reduce_scatter(const Collective& c, const RingReduceScatter& ring) {
       const std::size_t first = seg.first(s), length = seg.length(n(j), s);
       std::byte* sum = dest(j, step) + first * esize;
       std::byte* arrived = landing(j, step, s);
-      if (length && (arrived == sum || ring.sum_into_input)) {
+      if (length && (arrived == sum || (step == last_step && ring.result_into_input))) {
         reduce::reduce(sum, arrived, mine(j, first), length, ring.type, ring.op);
       } else if (length) {
         // In place the sum belongs where this rank's input is, in lines a

@@ -47,11 +47,11 @@ struct RingReduceScatter {
   // the position in it: blocks belong to positions, for AllReduce only
   // (see ring_allreduce: across hosts, each host's ranks kept together).
   const std::vector<int>* order = nullptr;
-  // In place (a partial or result where `input` has that block): sum
-  // straight into the input, for a caller whose blocks there are lines this
-  // rank holds alone (ring_allreduce at p = 2), instead of summing in the
+  // In place (`result` where `input` has that block): sum the last step
+  // straight into the input, for a caller whose block there is in lines
+  // this rank holds alone (ring_allreduce), instead of summing in the
   // landing scratch and copying over.
-  bool sum_into_input = false;
+  bool result_into_input = false;
 };
 // This rank's position on a ring of `order` (null: its rank).
 int ring_position(const transport::Transport& t, const std::vector<int>* order);
