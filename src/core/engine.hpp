@@ -17,6 +17,7 @@
 #include "coll/registry.hpp"
 #include "coll/selector.hpp"
 #include "coll/topology.hpp"
+#include "common/biased_lock.hpp"
 #include "common/tick_clock.hpp"
 #include "shm/segment.hpp"
 #include "core/call.hpp"
@@ -165,7 +166,7 @@ struct Communicator::Impl {
   std::atomic<bool> worker_busy{false};  // written under queue_mutex; submit() reads it without
   bool stopping = false;
   std::thread worker;
-  std::mutex run_mutex;   // held while a call uses the transport (and scratch)
+  BiasedLock run_mutex;   // held while a call uses the transport (and scratch); common/biased_lock.hpp
   coll::Scratch scratch;  // the algorithms' temporary buffers, kept between calls
 
   mutable std::mutex error_mutex;
