@@ -48,3 +48,39 @@ for name in ("direct_p2", "ring_p2", "ring_rewrite_p2", "ring_p4", "tree_p4", "s
             by_size[(int(r["size"]), r["algo"])].append(float(r["ip_time_us"]) / float(r["oop_time_us"]))
     for (s, a), v in sorted(by_size.items()):
         print(f"  {name} {a} {size_name(s)}: {st.median(v):.2f} ({' '.join(f'{x:.2f}' for x in sorted(v))})")
+
+
+def rows(pattern):
+    """size -> list of rows, one per file matching `pattern` (sorted by name)."""
+    out = defaultdict(list)
+    for path in sorted(glob.glob(pattern)):
+        for r in csv.DictReader(open(path)):
+            out[int(r["size"])].append(r)
+    return out
+
+
+print("\n4. Small calls beside Open MPI: speedup = MPI time / Chorus's better column, medians of 5 runs"
+      " (runs); before -> after")
+for p in (2, 4):
+    for c in ("allreduce", "broadcast", "reduce"):
+        base, new = rows(f"mpi_{c}_p{p}_base_*.csv"), rows(f"mpi_{c}_p{p}_new_*.csv")
+        cells = []
+        for s in sorted(new):
+            b = sorted(float(r["speedup"]) for r in base[s])
+            n = sorted(float(r["speedup"]) for r in new[s])
+            cells.append(f"{size_name(s)} {st.median(b):.2f} -> {st.median(n):.2f} ({n[0]:.2f}-{n[-1]:.2f})")
+        print(f"  p = {p} {c:9}: " + "; ".join(cells))
+
+print("\n5. Through libchorus_pmpi, CHORUS_MPI_MIN_BYTES=0 (mpi_time us): MPI alone | library before | after;"
+      " x = MPI alone / after (median of per-run ratios)")
+for p in (2, 4):
+    for c in ("allreduce", "broadcast", "reduce"):
+        alone, base, new = (rows(f"pmpi_{c}_p{p}_{w}_*.csv") for w in ("mpi", "base", "new"))
+        cells = []
+        for s in sorted(new):
+            a = [float(r["mpi_time_us"]) for r in alone[s]]
+            b = [float(r["mpi_time_us"]) for r in base[s]]
+            n = [float(r["mpi_time_us"]) for r in new[s]]
+            cells.append(f"{size_name(s)} {st.median(a):.2f} | {st.median(b):.2f} | {st.median(n):.2f}"
+                         f" x{st.median([x / y for x, y in zip(a, n)]):.2f}")
+        print(f"  p = {p} {c:9}: " + "; ".join(cells))

@@ -3,8 +3,10 @@
 # Release build in ./build. BASE: the build/ of a Release build of the
 # commit before the pass (028c3d2), for the before/after rows (its
 # bin/allreduce_perf). Writes docs/perf/shm_pass10/; report.py summarizes it.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 out=docs/perf/shm_pass10; B=./build/bin; BASE=${BASE:-/tmp/basesrc/build}
-STEPS=${STEPS:-123}  # which steps below to run
+L=$PWD/build/src/libchorus_pmpi.so; LBASE=$BASE/src/libchorus_pmpi.so
+STEPS=${STEPS:-12345}  # which steps below to run
 
 # 1. In place against out of place, every AllReduce algorithm (-A all runs
 #    each in turn, then auto), with and without --rewrite, before and after
@@ -42,6 +44,28 @@ for rep in 1 2 3 4 5; do
     $B/allreduce_perf --np 4 -A $a -b 1M -e 1M -n 50 -w 20 -c 0 --csv $out/again_${a}_p4_$rep.csv >/dev/null 2>&1
   done
 done
+fi
+
+# 4. Small calls beside Open MPI (ob1 + vader), before and after (the run
+#    lock biased to its first thread), alternating: AllReduce, broadcast and
+#    reduce at 8-128 B, p = 2 and 4.
+if [[ $STEPS == *4* ]]; then
+for rep in 1 2 3 4 5; do for p in 2 4; do for t in allreduce broadcast reduce; do for which in base new; do
+  bin=$B; [ $which = base ] && bin=$BASE/bin
+  mpirun --oversubscribe -np $p $bin/${t}_perf -b 8 -e 128 -f 4 -n 20000 -w 1000 --mpi -X ucx --csv $out/mpi_${t}_p${p}_${which}_$rep.csv >/dev/null 2>&1
+done; done; done; done
+fi
+
+# 5. Through libchorus_pmpi (CHORUS_MPI_MIN_BYTES=0, every call on Chorus):
+#    MPI alone, the library before and after, alternating; the mpi_time
+#    column, at the sizes below the default threshold (1 KiB).
+if [[ $STEPS == *5* ]]; then
+for rep in 1 2 3; do for p in 2 4; do for t in allreduce broadcast reduce; do
+  args="-b 8 -e 512 -f 4 -n 5000 -w 500 --mpi -X ucx -c 0"
+  mpirun --oversubscribe -np $p $B/${t}_perf $args --csv $out/pmpi_${t}_p${p}_mpi_$rep.csv >/dev/null 2>&1
+  mpirun --oversubscribe -np $p -x LD_PRELOAD=$LBASE -x CHORUS_MPI_MIN_BYTES=0 $B/${t}_perf $args --csv $out/pmpi_${t}_p${p}_base_$rep.csv >/dev/null 2>&1
+  mpirun --oversubscribe -np $p -x LD_PRELOAD=$L -x CHORUS_MPI_MIN_BYTES=0 $B/${t}_perf $args --csv $out/pmpi_${t}_p${p}_new_$rep.csv >/dev/null 2>&1
+done; done; done
 fi
 
 echo finished
