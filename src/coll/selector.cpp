@@ -255,7 +255,8 @@ CostModel probe_cost_model(const Collective& c, bool with_call_check, bool time_
       }
       model.gamma = median(samples) / static_cast<double>(count * sizeof(float));
       std::vector<transport::RequestPtr> sends;
-      for (int q = 1; q < p; ++q) sends.push_back(t.isend(q, c.message_tag(1, 0, 0), &model, sizeof model));
+      for (int q = 1; q < p; ++q)
+        sends.push_back(t.isend(q, c.message_tag(1, 0, 0), &model, sizeof model));
       fresh(c.sequence).wait_all(sends);
     } else {
       auto received = t.irecv(0, c.message_tag(1, 0, 0), &model, sizeof model);
@@ -266,7 +267,7 @@ CostModel probe_cost_model(const Collective& c, bool with_call_check, bool time_
         sane = sane && std::isfinite(x) && x >= 0;
       if (!sane)
         last.fail(Error(ErrorCode::peer_failure,
-                     fmt::format("rank {}: the cost model from rank 0 is malformed", r)));
+                        fmt::format("rank {}: the cost model from rank 0 is malformed", r)));
     }
     return model;
   };

@@ -88,5 +88,4 @@ class Selector {
 // beside it, as the communicator runs calls unless CHORUS_CHECK=0.
 CostModel probe_cost_model(const Collective& c, bool with_call_check, bool time_variants = true);
 
-
 }  // namespace chorus::coll

@@ -171,7 +171,8 @@ void tree_allreduce(const Collective& c, const void* send, void* recv, std::size
   } halves[2] = {{0, first_half}, {first_half, count - first_half}};
   const auto tree = [&](int which) {
     const auto& half = halves[which ^ swap];
-    return TreeRun(c, which, in + half.first * esize, out + half.first * esize, half.count, type, op);
+    return TreeRun(c, which, in + half.first * esize, out + half.first * esize, half.count, type,
+                   op);
   };
   TreeRun trees[2] = {tree(0), tree(1)};
   auto advance_both = [&] { return trees[0].advance() | trees[1].advance(); };

@@ -38,8 +38,10 @@ void BiasedLock::end_bias() {
   // The owner may be inside, having entered before the revocation: this
   // happens once in the lock's life, for at most the owner's current hold.
   for (int turns = 0; owner_inside_.load(std::memory_order_acquire); ++turns) {
-    if (turns < 100) std::this_thread::yield();
-    else std::this_thread::sleep_for(std::chrono::microseconds(50));
+    if (turns < 100)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 }
 

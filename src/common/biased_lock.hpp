@@ -56,7 +56,8 @@ class BiasedLock {
   bool enter_as_owner() {
     const std::thread::id me = std::this_thread::get_id();
     std::thread::id owner = owner_.load(std::memory_order_relaxed);
-    if (owner == std::thread::id{}) {  // the first lock: claims the bias (a locked instruction once)
+    // The first lock claims the bias (a locked instruction, once).
+    if (owner == std::thread::id{}) {
       if (owner_.compare_exchange_strong(owner, me, std::memory_order_relaxed)) owner = me;
     }
     if (owner != me) return false;

@@ -164,8 +164,9 @@ std::unique_ptr<shm::Segment> attach_own_host_segment(transport::Transport& t,
 // transport, the ranks' places on hosts, the host segment, the call check,
 // whether the variants were timed. A new communicator whose every rank has
 // probed one for its key takes rank 0's instead of probing again: a probe
-// that times the variants takes 1-2.6 s at p = 3-4 on two cores, and an MPI program under libchorus_pmpi makes a communicator
-// per MPI communicator it uses (test suites make hundreds).
+// that times the variants takes 1-2.6 s at p = 3-4 on two cores, and an
+// MPI program under libchorus_pmpi makes a communicator per MPI
+// communicator it uses (test suites make hundreds).
 struct ProbedModels {
   std::mutex mutex;
   std::map<std::string, coll::CostModel> by_key;

@@ -19,8 +19,8 @@
 #include "coll/topology.hpp"
 #include "common/biased_lock.hpp"
 #include "common/tick_clock.hpp"
-#include "shm/segment.hpp"
 #include "core/call.hpp"
+#include "shm/segment.hpp"
 #include "transport/transport.hpp"
 
 #include <array>
@@ -166,7 +166,8 @@ struct Communicator::Impl {
   std::atomic<bool> worker_busy{false};  // written under queue_mutex; submit() reads it without
   bool stopping = false;
   std::thread worker;
-  BiasedLock run_mutex;   // held while a call uses the transport (and scratch); common/biased_lock.hpp
+  // Held while a call uses the transport (and scratch): common/biased_lock.hpp.
+  BiasedLock run_mutex;
   coll::Scratch scratch;  // the algorithms' temporary buffers, kept between calls
 
   mutable std::mutex error_mutex;

@@ -266,9 +266,9 @@ TEST(Algorithms, InPlaceTheirPartsTakeTurnsByCallAndSumRight) {
     for (int p : {2, 3, 4}) {
       const Bytes want = reference(DataType::float32, ReduceOp::sum, p, count);
       for (std::uint64_t sequence : {7, 8, 9, 10}) {
-        const auto got = run(algorithm_named(name), p, count, DataType::float32, ReduceOp::sum, true,
-                             [&](int r) { return input(DataType::float32, ReduceOp::sum, r, count); },
-                             sequence);
+        const auto got = run(
+            algorithm_named(name), p, count, DataType::float32, ReduceOp::sum, true,
+            [&](int r) { return input(DataType::float32, ReduceOp::sum, r, count); }, sequence);
         for (int r = 0; r < p; ++r)
           ASSERT_TRUE(got[static_cast<std::size_t>(r)] == want)
               << name << ", p " << p << ", call #" << sequence << ", rank " << r;

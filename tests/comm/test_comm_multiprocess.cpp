@@ -139,7 +139,8 @@ const char* given_hosts(int size) { return size == 2 ? "0,1" : size == 3 ? "0,0,
 class GivenModel {
  public:
   GivenModel()
-      : path_(::testing::TempDir() + "/chorus-given-model-" + std::to_string(::getpid()) + ".tune") {
+      : path_(::testing::TempDir() + "/chorus-given-model-" + std::to_string(::getpid()) +
+              ".tune") {
     std::ofstream(path_) << "model 2e-06 1e-10 5e-11 3e-07\n";
   }
   ~GivenModel() { std::remove(path_.c_str()); }
@@ -153,9 +154,10 @@ class GivenModel {
 
 TEST_P(CommMultiProcess, AcrossGivenHostsMismatchedCountsFailEveryRankNamingBothCalls) {
   const GivenModel model;
-  const auto results = run("mismatch", 60, {{"CHORUS_TIMEOUT", "30"},
-                                            {"CHORUS_TOPOLOGY", given_hosts(GetParam().size)},
-                                            {"CHORUS_TUNING_FILE", model.path()}});
+  const auto results = run("mismatch", 60,
+                           {{"CHORUS_TIMEOUT", "30"},
+                            {"CHORUS_TOPOLOGY", given_hosts(GetParam().size)},
+                            {"CHORUS_TUNING_FILE", model.path()}});
   expect_all_passed(results);
   EXPECT_TRUE(some_output_has(results, "called allreduce(count=1000, float32, sum, hierarchical_shm)",
                               "rank 1 called allreduce(count=2000, float32, sum, hierarchical_shm)"))
@@ -170,9 +172,10 @@ TEST_P(CommMultiProcess, AcrossGivenHostsMismatchedCountsFailEveryRankNamingBoth
 TEST_P(CommMultiProcess, AcrossGivenHostsHostsCallingDifferentlyAllFailByTheDeadline) {
   if (GetParam().size == 3) GTEST_SKIP() << "the halves are not hosts at 0,0,1";
   const GivenModel model;
-  const auto results = run("mismatch_hosts", 60, {{"CHORUS_TIMEOUT", "3"},
-                                                  {"CHORUS_TOPOLOGY", given_hosts(GetParam().size)},
-                                                  {"CHORUS_TUNING_FILE", model.path()}});
+  const auto results = run("mismatch_hosts", 60,
+                           {{"CHORUS_TIMEOUT", "3"},
+                            {"CHORUS_TOPOLOGY", given_hosts(GetParam().size)},
+                            {"CHORUS_TUNING_FILE", model.path()}});
   expect_all_passed(results);
   for (const auto& r : results)
     EXPECT_TRUE(r.output.find("error (timeout)") != std::string::npos ||
@@ -185,10 +188,10 @@ TEST_P(CommMultiProcess, AcrossGivenHostsHostsCallingDifferentlyAllFailByTheDead
 
 TEST_P(CommMultiProcess, AcrossGivenHostsKilledPeerFailsSurvivorsWithinFiveSeconds) {
   const GivenModel model;
-  expect_survivors_failed_naming_the_victim(
-      run("peer_death_shm", 60, {{"CHORUS_TOPOLOGY", given_hosts(GetParam().size)},
-                                 {"CHORUS_TUNING_FILE", model.path()}}),
-      GetParam().size - 1);
+  expect_survivors_failed_naming_the_victim(run("peer_death_shm", 60,
+                                                {{"CHORUS_TOPOLOGY", given_hosts(GetParam().size)},
+                                                 {"CHORUS_TUNING_FILE", model.path()}}),
+                                            GetParam().size - 1);
 }
 
 TEST_P(CommMultiProcess, RankThatNeverCallsTimesOutNamingTheCall) {

@@ -415,9 +415,9 @@ TEST(HostSegment, TakingEveryAllReduceSparesTheProbeTimingTheVariants) {
         require(engine.choose(coll::CollectiveKind::allreduce, "", bytes).row->host_slot_need !=
                     nullptr,
                 "an automatic AllReduce left the segment");
-      require(engine.choose(coll::CollectiveKind::allreduce, "direct", 1 << 20).row->family ==
-                  "direct",
-              "a forced family without variant times");
+      require(
+          engine.choose(coll::CollectiveKind::allreduce, "direct", 1 << 20).row->family == "direct",
+          "a forced family without variant times");
       std::vector<float> x(1 << 12, 1.0f);
       CallOptions direct;
       direct.algorithm = Algorithm::direct;

@@ -16,7 +16,8 @@ using namespace std::chrono_literals;
 
 TEST(BiasedLock, OneThreadAloneKeepsTheBias) {
   BiasedLock lock;
-  const bool supported = lock.biased();  // false where the kernel has no private expedited membarrier
+  const bool supported =
+      lock.biased();  // false where the kernel has no private expedited membarrier
   for (int i = 0; i < 1000; ++i) {
     std::lock_guard guard(lock);
   }

@@ -6,6 +6,15 @@ from collections import defaultdict
 os.chdir(os.path.dirname(os.path.abspath(__file__)))
 
 
+def rows(pattern):
+    """size -> list of rows, one per file matching `pattern` (sorted by name)."""
+    out = defaultdict(list)
+    for path in sorted(glob.glob(pattern)):
+        for r in csv.DictReader(open(path)):
+            out[int(r["size"])].append(r)
+    return out
+
+
 def size_name(s):
     return f"{s >> 20} MiB" if s >= 1 << 20 else f"{s >> 10} KiB" if s >= 1024 else f"{s} B"
 
@@ -48,15 +57,6 @@ for name in ("direct_p2", "ring_p2", "ring_rewrite_p2", "ring_p4", "tree_p4", "s
             by_size[(int(r["size"]), r["algo"])].append(float(r["ip_time_us"]) / float(r["oop_time_us"]))
     for (s, a), v in sorted(by_size.items()):
         print(f"  {name} {a} {size_name(s)}: {st.median(v):.2f} ({' '.join(f'{x:.2f}' for x in sorted(v))})")
-
-
-def rows(pattern):
-    """size -> list of rows, one per file matching `pattern` (sorted by name)."""
-    out = defaultdict(list)
-    for path in sorted(glob.glob(pattern)):
-        for r in csv.DictReader(open(path)):
-            out[int(r["size"])].append(r)
-    return out
 
 
 print("\n4. Small calls beside Open MPI: speedup = MPI time / Chorus's better column, medians of 5 runs"
