@@ -1,8 +1,10 @@
 #!/bin/bash
 # Tenth pass (docs/performance.md): run from the repository root after a
 # Release build in ./build. BASE: the build/ of a Release build of the
-# commit before the pass (028c3d2), for the before/after rows (its
-# bin/allreduce_perf). Writes docs/perf/shm_pass10/; report.py summarizes it.
+# commit before the pass (028c3d2), for the before/after rows (its bin/
+# and src/libchorus_pmpi.so). Writes docs/perf/shm_pass10/; report.py
+# summarizes it. Steps 1-3 ran on 1085f6b (in place by turns, the probe),
+# steps 4-5 on df99f92 (the biased run lock too).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 out=docs/perf/shm_pass10; B=./build/bin; BASE=${BASE:-/tmp/basesrc/build}
 L=$PWD/build/src/libchorus_pmpi.so; LBASE=$BASE/src/libchorus_pmpi.so
