@@ -2,16 +2,14 @@
 // this build has, with 2, 3 and 4 ranks: every algorithm, the other
 // collectives, 100 async calls,
 // and the failure rules (mismatch, a killed peer, a rank that never calls).
+#include "model_only_tuning_file.hpp"
 #include "process_group.hpp"
 
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <csignal>
 #include <filesystem>
-#include <fstream>
 #include <regex>
 
 namespace chorus {
@@ -132,32 +130,15 @@ TEST_P(CommMultiProcess, KilledPeerWaitedForInSharedMemoryFailsSurvivorsWithinFi
 // go through each host's own segment and its leader's messages.
 const char* given_hosts(int size) { return size == 2 ? "0,1" : size == 3 ? "0,0,1" : "2x2"; }
 
-// While it lives, a tuning file that holds only a cost model, for the ranks
-// of a failure test across given hosts: what they choose does not need the
-// probe, which there times every variant and both levels of hosts (5-14 s
-// at p = 3-4 on two cores, past the tests' minute under TSan).
-class GivenModel {
- public:
-  GivenModel()
-      : path_(::testing::TempDir() + "/chorus-given-model-" + std::to_string(::getpid()) +
-              ".tune") {
-    std::ofstream(path_) << "model 2e-06 1e-10 5e-11 3e-07\n";
-  }
-  ~GivenModel() { std::remove(path_.c_str()); }
-  GivenModel(const GivenModel&) = delete;
-  GivenModel& operator=(const GivenModel&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+// The failure tests across given hosts take their cost model from a
+// tuning file (testing::ModelOnlyTuningFile, which the ranks inherit): what
+// they choose does not need the probe, which there times every variant and
+// both levels of hosts (5-14 s at p = 3-4 on two cores, past the tests'
+// minute under TSan).
 
 TEST_P(CommMultiProcess, AcrossGivenHostsMismatchedCountsFailEveryRankNamingBothCalls) {
-  const GivenModel model;
-  const auto results = run("mismatch", 60,
-                           {{"CHORUS_TIMEOUT", "30"},
-                            {"CHORUS_TOPOLOGY", given_hosts(GetParam().size)},
-                            {"CHORUS_TUNING_FILE", model.path()}});
+  const testing::ModelOnlyTuningFile no_probe(::testing::TempDir());
+  const auto results = run("mismatch", 60, {{"CHORUS_TIMEOUT", "30"}, {"CHORUS_TOPOLOGY", given_hosts(GetParam().size)}});
   expect_all_passed(results);
   EXPECT_TRUE(some_output_has(results, "called allreduce(count=1000, float32, sum, hierarchical_shm)",
                               "rank 1 called allreduce(count=2000, float32, sum, hierarchical_shm)"))
@@ -171,11 +152,8 @@ TEST_P(CommMultiProcess, AcrossGivenHostsMismatchedCountsFailEveryRankNamingBoth
 // for; none hangs (run() ends ranks still there after 60 s: a failure).
 TEST_P(CommMultiProcess, AcrossGivenHostsHostsCallingDifferentlyAllFailByTheDeadline) {
   if (GetParam().size == 3) GTEST_SKIP() << "the halves are not hosts at 0,0,1";
-  const GivenModel model;
-  const auto results = run("mismatch_hosts", 60,
-                           {{"CHORUS_TIMEOUT", "3"},
-                            {"CHORUS_TOPOLOGY", given_hosts(GetParam().size)},
-                            {"CHORUS_TUNING_FILE", model.path()}});
+  const testing::ModelOnlyTuningFile no_probe(::testing::TempDir());
+  const auto results = run("mismatch_hosts", 60, {{"CHORUS_TIMEOUT", "3"}, {"CHORUS_TOPOLOGY", given_hosts(GetParam().size)}});
   expect_all_passed(results);
   for (const auto& r : results)
     EXPECT_TRUE(r.output.find("error (timeout)") != std::string::npos ||
@@ -187,11 +165,9 @@ TEST_P(CommMultiProcess, AcrossGivenHostsHostsCallingDifferentlyAllFailByTheDead
 }
 
 TEST_P(CommMultiProcess, AcrossGivenHostsKilledPeerFailsSurvivorsWithinFiveSeconds) {
-  const GivenModel model;
-  expect_survivors_failed_naming_the_victim(run("peer_death_shm", 60,
-                                                {{"CHORUS_TOPOLOGY", given_hosts(GetParam().size)},
-                                                 {"CHORUS_TUNING_FILE", model.path()}}),
-                                            GetParam().size - 1);
+  const testing::ModelOnlyTuningFile no_probe(::testing::TempDir());
+  expect_survivors_failed_naming_the_victim(
+      run("peer_death_shm", 60, {{"CHORUS_TOPOLOGY", given_hosts(GetParam().size)}}), GetParam().size - 1);
 }
 
 TEST_P(CommMultiProcess, RankThatNeverCallsTimesOutNamingTheCall) {
