@@ -115,10 +115,15 @@ bool register_for_membarrier() {
          membarrier(MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) == 0;
 }
 
-int online_cores() {
+// The CPUs this process may run on: its affinity, or every online CPU
+// where that cannot be read (a machine of more CPUs than cpu_set_t holds).
+cpu_set_t own_cpus() {
   cpu_set_t set;
-  if (::sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-  return static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) return set;
+  CPU_ZERO(&set);
+  const long online = std::clamp(::sysconf(_SC_NPROCESSORS_ONLN), 1L, long{CPU_SETSIZE});
+  for (long cpu = 0; cpu < online; ++cpu) CPU_SET(static_cast<int>(cpu), &set);
+  return set;
 }
 
 struct Identity {
@@ -127,6 +132,7 @@ struct Identity {
   std::uint64_t slot_bytes;
   std::int32_t pid;
   std::int32_t fenceless;  // register_for_membarrier() succeeded
+  cpu_set_t cpus;          // own_cpus()
 };
 
 }  // namespace
@@ -174,7 +180,8 @@ std::unique_ptr<Segment> Segment::attach(int rank, int size, std::size_t slot_by
                                          const Allgather& allgather, std::vector<int> members) {
   const auto p = static_cast<std::size_t>(size);
   Identity mine{host::identity(), std::random_device{}() * 4294967296ull + std::random_device{}(),
-                slot_bytes, static_cast<std::int32_t>(::getpid()), register_for_membarrier() ? 1 : 0};
+                slot_bytes, static_cast<std::int32_t>(::getpid()), register_for_membarrier() ? 1 : 0,
+                own_cpus()};
   const auto named = [&](std::size_t r) { return members.empty() ? static_cast<int>(r) : members[r]; };
   std::vector<Identity> all(p);
   allgather(&mine, sizeof mine, all.data());
@@ -189,6 +196,15 @@ std::unique_ptr<Segment> Segment::attach(int rank, int size, std::size_t slot_by
   for (const Identity& id : all) slot_bytes = std::min<std::size_t>(slot_bytes, id.slot_bytes);
   // Fenceless only if every rank is: a sleeper must be able to reach every publisher.
   const bool fenceless = std::all_of(all.begin(), all.end(), [](const Identity& id) { return id.fenceless == 1; });
+  // Crowded: more ranks than the CPUs they may run on between them (the
+  // union of their affinities). Not this rank's affinity alone: a launcher
+  // that binds each rank to a core of its own (mpirun does at p <= 2)
+  // leaves each one CPU, and its peer another.
+  cpu_set_t cpus_of_all;
+  CPU_ZERO(&cpus_of_all);
+  for (const Identity& id : all) CPU_OR(&cpus_of_all, &cpus_of_all, &id.cpus);
+  const int cpus = CPU_COUNT(&cpus_of_all);
+  const bool crowded = size > cpus;
   const std::string name = fmt::format("/{}{}.{:016x}", kPrefix, all[0].pid, all[0].nonce);
   const std::size_t length = segment_bytes(size, slot_bytes);
 
@@ -269,15 +285,17 @@ std::unique_ptr<Segment> Segment::attach(int rank, int size, std::size_t slot_by
     return nullptr;
   }
   if (rank == 0)
-    log::info("shm: host segment {} ({} bytes: {} ranks, slots of {} bytes; publishes {})", name,
-              length, size, slot_bytes,
-              fenceless ? "without a fence (membarrier)" : "fenced (no expedited membarrier)");
-  return std::unique_ptr<Segment>(
-      new Segment(rank, size, slot_bytes, name, base, length, std::move(members), fenceless));
+    log::info("shm: host segment {} ({} bytes: {} ranks, slots of {} bytes; publishes {}; {} CPUs "
+              "between them: waits {})",
+              name, length, size, slot_bytes,
+              fenceless ? "without a fence (membarrier)" : "fenced (no expedited membarrier)", cpus,
+              crowded || !members.empty() ? "yield" : "spin");
+  return std::unique_ptr<Segment>(new Segment(rank, size, slot_bytes, name, base, length,
+                                              std::move(members), fenceless, crowded));
 }
 
 Segment::Segment(int rank, int size, std::size_t slot_bytes, std::string name, void* base,
-                 std::size_t length, std::vector<int> members, bool fenceless)
+                 std::size_t length, std::vector<int> members, bool fenceless, bool crowded)
     : rank_(rank), size_(size), slot_bytes_(slot_bytes), name_(std::move(name)), base_(base),
       length_(length), ring_(static_cast<std::byte*>(base) + ring_offset(size)),
       slots_(static_cast<std::byte*>(base) + slots_offset(size)),
@@ -285,7 +303,7 @@ Segment::Segment(int rank, int size, std::size_t slot_bytes, std::string name, v
       // A segment of one host's ranks within a larger communicator yields
       // too: its leader drives the transport meanwhile, and other "hosts"
       // may share these cores (namespaces, CHORUS_TOPOLOGY).
-      oversubscribed_(size > online_cores() || !members.empty()), fenceless_(fenceless),
+      oversubscribed_(crowded || !members.empty()), fenceless_(fenceless),
       members_(std::move(members)) {}
 
 Segment::~Segment() { ::munmap(base_, length_); }

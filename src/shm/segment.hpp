@@ -22,8 +22,8 @@
 // before that. A rooted call's writer thus runs up to kRingDepth calls
 // ahead of its readers, as MPI's eager messages let it.
 //
-// Waiting: a waiter polls for spin_before_sleep(), yielding when the host
-// has more ranks than cores, then sleeps on a futex in the segment that
+// Waiting: a waiter polls for spin_before_sleep(), yielding when the ranks
+// are more than the CPUs they may run on between them, then sleeps on a futex in the segment that
 // every publish bumps (and wakes only when someone sleeps; without a fence
 // where every rank registered for membarrier(), see store_and_wake()). Every 10 ms it
 // also looks at the abort notice and the deadline, and every 100 ms at
@@ -163,6 +163,9 @@ class Segment {
   int size() const noexcept { return size_; }
   std::size_t slot_bytes() const noexcept { return slot_bytes_; }
   const std::string& name() const noexcept { return name_; }
+  // Whether a wait yields the CPU between polls: the ranks are more than
+  // the CPUs their affinities allow between them (or see the constructor).
+  bool yields_while_waiting() const noexcept { return oversubscribed_; }
   // The communicator rank of the segment's rank `q` (what messages say).
   int comm_rank(int q) const noexcept {
     return members_.empty() ? q : members_[static_cast<std::size_t>(q)];
@@ -346,7 +349,7 @@ class Segment {
  private:
   struct Layout;
   Segment(int rank, int size, std::size_t slot_bytes, std::string name, void* base,
-          std::size_t length, std::vector<int> members, bool fenceless);
+          std::size_t length, std::vector<int> members, bool fenceless, bool crowded);
   void wait_slowly(const std::function<bool()>& ready, transport::Deadline deadline,
                    const std::function<void()>& poll, const std::function<std::string()>& what);
   void check_alive() const;
@@ -368,7 +371,9 @@ class Segment {
   const std::size_t slot_stride_;  // from one large slot to the next
   std::uint64_t retired_ = 0;       // this rank's retired word, as last written
   std::uint64_t retired_floor_ = 0;  // the least retired word of any rank, as last read
-  bool oversubscribed_ = false;  // more ranks on the host than cores for them (or see the constructor)
+  // More ranks than the CPUs their affinities allow between them (or see
+  // the constructor): waits yield.
+  bool oversubscribed_ = false;
   // Every rank is registered for membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED):
   // publishes need no fence, sleepers issue the barrier (store_and_wake()).
   bool fenceless_ = false;

@@ -12,10 +12,14 @@
 
 #include <gtest/gtest.h>
 
+#include <pthread.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <barrier>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -367,6 +371,51 @@ TEST(HostSegment, ASleepingWaiterIsWokenByThePublish) {
   EXPECT_LT(late[kCalls / 2], 2ms) << "the median call returned "
                                    << std::chrono::duration<double, std::milli>(late[kCalls / 2]).count()
                                    << " ms after its peer published";
+}
+
+// Waits yield the CPU only where the ranks are more than the CPUs they may
+// run on between them: not where a launcher binds each rank to a core of
+// its own (mpirun at p <= 2), which leaves each rank's own affinity one CPU.
+TEST(HostSegment, WaitsYieldOnlyWhereTheRanksShareTooFewCpus) {
+  cpu_set_t allowed;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &allowed)) cpus.push_back(cpu);
+  if (cpus.size() < 2) GTEST_SKIP() << "needs two CPUs to bind ranks to";
+  // Two ranks as threads, each bound to the CPU given, attaching a segment
+  // over an in-process allgather; whether each one's waits yield.
+  const auto yields = [](int cpu0, int cpu1) {
+    std::vector<std::byte> gathered[2];
+    std::barrier sync(2);
+    bool bound[2] = {}, attached[2] = {}, yield[2] = {};
+    const auto rank = [&](int r, int cpu) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cpu, &one);
+      bound[r] = ::pthread_setaffinity_np(::pthread_self(), sizeof one, &one) == 0;
+      const shm::Allgather allgather = [&](const void* mine, std::size_t bytes, void* out) {
+        const auto* from = static_cast<const std::byte*>(mine);
+        gathered[r].assign(from, from + bytes);
+        sync.arrive_and_wait();
+        for (int q = 0; q < 2; ++q)
+          std::memcpy(static_cast<std::byte*>(out) + q * bytes, gathered[q].data(), bytes);
+        sync.arrive_and_wait();
+      };
+      auto segment = shm::Segment::attach(r, 2, 4096, allgather);
+      attached[r] = segment != nullptr;
+      yield[r] = attached[r] && segment->yields_while_waiting();
+    };
+    std::thread other(rank, 1, cpu1);
+    rank(0, cpu0);
+    other.join();
+    EXPECT_TRUE(bound[0] && bound[1]) << "a rank could not be bound to its CPU";
+    EXPECT_TRUE(attached[0] && attached[1]) << "no segment";
+    EXPECT_EQ(yield[0], yield[1]) << "the ranks decided differently";
+    return yield[0];
+  };
+  EXPECT_FALSE(yields(cpus[0], cpus[1])) << "each rank bound to a CPU of its own";
+  EXPECT_TRUE(yields(cpus[0], cpus[0])) << "both ranks bound to one CPU";
 }
 
 TEST(HostSegment, AStaleSegmentOfADeadJobIsRemovedAndDoesNotConfuseANewOne) {
