@@ -19,9 +19,8 @@ bool overlaps(const void* a, std::size_t a_bytes, const void* b, std::size_t b_b
 void check_arguments(coll::CollectiveKind kind, const CallArgs& a, int me, int p, Call& checked) {
   using coll::BlockLayout;
   using coll::CollectiveKind;
-  const std::string_view name = coll::to_string(kind);
   auto bad = [&](const std::string& why) {
-    return Error(ErrorCode::invalid_argument, fmt::format("{}: {}", name, why));
+    return Error(ErrorCode::invalid_argument, fmt::format("{}: {}", coll::to_string(kind), why));
   };
   // Written in place: operands returned by value went through a temporary
   // that the caller read back in 16-byte loads over this function's narrower
@@ -57,15 +56,17 @@ void check_arguments(coll::CollectiveKind kind, const CallArgs& a, int me, int p
   const std::size_t esize = size_of(a.type);
   const auto ranks = static_cast<std::size_t>(p);
   constexpr std::size_t kMax = std::numeric_limits<std::size_t>::max();
-  if (a.count > kMax / esize)
+  // Multiplied with overflow checks, not compared with kMax divided: two
+  // divisions a call were a fifth of these checks' time (perf, 8-byte reduce).
+  std::size_t block = 0, all = 0;
+  if (__builtin_mul_overflow(a.count, esize, &block))
     throw bad(fmt::format("count {} of {} overflows the address space", a.count, to_string(a.type)));
   // Other than allreduce's, `count` times p must fit too (the uniform forms'
   // buffers of p blocks).
-  if (kind != CollectiveKind::allreduce && a.count > kMax / esize / ranks)
+  if (kind == CollectiveKind::allreduce) all = block;
+  else if (__builtin_mul_overflow(block, ranks, &all))
     throw bad(fmt::format("count {} of {} on {} ranks overflows the address space", a.count,
                           to_string(a.type), p));
-  const std::size_t block = a.count * esize;
-  const std::size_t all = kind == CollectiveKind::allreduce ? block : block * ranks;
   auto need = [&](const void* buffer, const char* what, std::size_t bytes) {
     if (bytes > 0 && buffer == nullptr)
       throw bad(fmt::format("{} is null but holds {} bytes", what, bytes));

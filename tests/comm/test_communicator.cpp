@@ -197,6 +197,12 @@ TEST(Communicator, InvalidArgumentsThrowBeforeSendingAndDoNotPoison) {
                    "not a chorus::DataType");
     expect_invalid([&] { comm.allreduce_async(buf.data(), buf.data(), 4, DataType::int32, ReduceOp::avg); },
                    "avg is not defined for int32");
+    // A count whose bytes do not fit a size_t; for allgather, whose p blocks do not.
+    const std::size_t too_many = SIZE_MAX / 4 + 1, fits_once = SIZE_MAX / 4 / 2 + 1;
+    expect_invalid([&] { comm.allreduce(buf.data(), buf.data(), too_many, DataType::float32, ReduceOp::sum); },
+                   "allreduce: count 4611686018427387904 of float32 overflows the address space");
+    expect_invalid([&] { comm.allgather(buf.data(), buf.data(), fits_once, DataType::float32); },
+                   "allgather: count 2305843009213693952 of float32 on 2 ranks overflows the address space");
     std::vector<float> other(8);
     expect_invalid([&] { comm.allreduce(std::span<const float>(buf), std::span<float>(other), ReduceOp::sum); },
                    "send has 16 elements but recv has 8");
