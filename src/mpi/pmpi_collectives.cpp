@@ -25,7 +25,7 @@ bool in_place(const void* buffer) { return buffer == MPI_IN_PLACE; }
 // to MPI as invalid arguments (MPI reports what is wrong).
 bool describe_into(MPI_Datatype type, TypeInfo& info) {
   if (type == MPI_DATATYPE_NULL) return false;
-  info = describe(type);
+  describe(type, info);
   return info.valid;
 }
 

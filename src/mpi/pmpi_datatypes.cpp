@@ -65,6 +65,39 @@ bool is_named(MPI_Datatype t) {
          combiner == MPI_COMBINER_NAMED;
 }
 
+// The element of a predefined datatype, by handle: every reduction's
+// datatype is looked up here first. Inlined into describe(): returned, the
+// optional came back in a register that the caller spilled byte by byte and
+// read back as a word, a stalled store-to-load forward on every call.
+[[gnu::always_inline]] inline std::optional<Element> element_of_named(MPI_Datatype t) {
+  // The commonest first: a reduction of MPI_FLOAT costs one comparison.
+  if (t == MPI_FLOAT) return number(DataType::float32);
+  if (t == MPI_DOUBLE) return number(DataType::float64);
+  if (t == MPI_INT || t == MPI_INT32_T) return number(DataType::int32);
+  if (t == MPI_BYTE) return Element{Element::Kind::byte, DataType::uint8};
+  if (t == MPI_C_BOOL) {
+    if (named_size(t) != 1) return std::nullopt;
+    return Element{Element::Kind::boolean, DataType::uint8};
+  }
+  if (is_any_of(t, {MPI_INT8_T, MPI_INT64_T, MPI_SIGNED_CHAR, MPI_LONG, MPI_LONG_LONG_INT,
+                    MPI_LONG_LONG, MPI_AINT, MPI_OFFSET, MPI_COUNT}) ||
+      is_fortran_signed(t)) {
+    if (auto type = signed_of_size(named_size(t))) return number(*type);
+    return std::nullopt;
+  }
+  if (is_any_of(t, {MPI_UINT8_T, MPI_UINT32_T, MPI_UINT64_T, MPI_UNSIGNED_CHAR, MPI_UNSIGNED,
+                    MPI_UNSIGNED_LONG, MPI_UNSIGNED_LONG_LONG})) {
+    if (auto type = unsigned_of_size(named_size(t))) return number(*type);
+    return std::nullopt;
+  }
+  if (is_fortran_real(t)) {
+    const std::size_t size = named_size(t);
+    if (size == 4) return number(DataType::float32);
+    if (size == 8) return number(DataType::float64);
+  }
+  return std::nullopt;
+}
+
 constexpr int kMaxDepth = 32;  // constructors nested deeper are not looked into
 
 TypeInfo describe_at(MPI_Datatype t, int depth) {
@@ -115,45 +148,24 @@ TypeInfo describe_at(MPI_Datatype t, int depth) {
 
 }  // namespace
 
-std::optional<Element> element_of_named(MPI_Datatype t) {
-  // The commonest first: a reduction of MPI_FLOAT costs one comparison.
-  if (t == MPI_FLOAT) return number(DataType::float32);
-  if (t == MPI_DOUBLE) return number(DataType::float64);
-  if (t == MPI_INT || t == MPI_INT32_T) return number(DataType::int32);
-  if (t == MPI_BYTE) return Element{Element::Kind::byte, DataType::uint8};
-  if (t == MPI_C_BOOL) {
-    if (named_size(t) != 1) return std::nullopt;
-    return Element{Element::Kind::boolean, DataType::uint8};
-  }
-  if (is_any_of(t, {MPI_INT8_T, MPI_INT64_T, MPI_SIGNED_CHAR, MPI_LONG, MPI_LONG_LONG_INT,
-                    MPI_LONG_LONG, MPI_AINT, MPI_OFFSET, MPI_COUNT}) ||
-      is_fortran_signed(t)) {
-    if (auto type = signed_of_size(named_size(t))) return number(*type);
-    return std::nullopt;
-  }
-  if (is_any_of(t, {MPI_UINT8_T, MPI_UINT32_T, MPI_UINT64_T, MPI_UNSIGNED_CHAR, MPI_UNSIGNED,
-                    MPI_UNSIGNED_LONG, MPI_UNSIGNED_LONG_LONG})) {
-    if (auto type = unsigned_of_size(named_size(t))) return number(*type);
-    return std::nullopt;
-  }
-  if (is_fortran_real(t)) {
-    const std::size_t size = named_size(t);
-    if (size == 4) return number(DataType::float32);
-    if (size == 8) return number(DataType::float64);
-  }
-  return std::nullopt;
-}
-
-TypeInfo describe(MPI_Datatype t) {
+void describe(MPI_Datatype t, TypeInfo& info) {
   // A predefined type with a Chorus element is that element, dense: known
   // without the three MPI calls below, which cost a small broadcast or
   // allgather more than Chorus's own work.
-  if (std::optional<Element> element = element_of_named(t)) {
+  if (const std::optional<Element> element = element_of_named(t)) {
     const std::size_t size = size_of(element->type);
-    return TypeInfo{.valid = true, .size = size, .extent = static_cast<MPI_Aint>(size),
-                    .dense = true, .element = element};
+    info.valid = true;
+    info.size = size;
+    info.extent = static_cast<MPI_Aint>(size);
+    info.dense = true;
+    // Field by field: GCC copied the optional through the stack, stored as
+    // bytes and loaded as a word (the stall the inlining avoids).
+    info.element.emplace();
+    info.element->kind = element->kind;
+    info.element->type = element->type;
+    return;
   }
-  return describe_at(t, 0);
+  info = describe_at(t, 0);
 }
 
 // ---- Staged ----------------------------------------------------------------

@@ -45,14 +45,14 @@ struct TypeInfo {
   std::optional<Element> element;
 };
 
-// The element of a predefined datatype, by handle: the cheap check of
-// every reduction, tried before describe().
-std::optional<Element> element_of_named(MPI_Datatype t);
 
 // A predefined datatype element_of_named() knows, at once; any other by
 // walking its constructors (MPI_Type_get_envelope/get_contents) for its
-// element and asking MPI for its size and extent.
-TypeInfo describe(MPI_Datatype t);
+// element and asking MPI for its size and extent. Fills every field of
+// `info` (written in place: a TypeInfo returned by value went through a
+// temporary whose narrow stores the copy read back in wider loads, a
+// stalled store-to-load forward on every reduction).
+void describe(MPI_Datatype t, TypeInfo& info);
 
 // A buffer of blocks of items of one datatype (block j: count(j) items at
 // displacement displ(j) items, in extents), as contiguous bytes for Chorus:

@@ -16,7 +16,7 @@ namespace {
 
 // A predefined op on an element, as Chorus's op. Logical ops on MPI_C_BOOL
 // (0 or 1) are exactly min, max and bitwise xor.
-Route op_for(Element element, MPI_Op op, ReduceOp& out) {
+Route op_for(const Element& element, MPI_Op op, ReduceOp& out) {
   using Kind = Element::Kind;
   const bool bitwise = op == MPI_BAND || op == MPI_BOR || op == MPI_BXOR;
   const bool logical = op == MPI_LAND || op == MPI_LOR || op == MPI_LXOR;
@@ -232,7 +232,7 @@ Route start(Interposer& it, MPI_Comm comm, Collective c) {
 // that MPI_Type_contiguous(4, MPI_INT) is taken as MPI_INT is.
 Route reduction(MPI_Datatype datatype, MPI_Op op, Taken& taken) {
   if (datatype == MPI_DATATYPE_NULL) return Route::invalid_arguments;
-  taken.info = describe(datatype);
+  describe(datatype, taken.info);
   if (!taken.info.valid) return Route::invalid_arguments;
   const std::optional<Element>& element = taken.info.element;
   if (!element) return Route::datatype;
