@@ -340,16 +340,15 @@ coll::AlgorithmChoice Communicator::Impl::choose(coll::CollectiveKind kind,
 
 core::Call Communicator::Impl::make_call(coll::CollectiveKind kind, const core::CallArgs& args,
                                          const CallOptions& options) {
-  const std::string_view name = coll::to_string(kind);
   if (!is_valid(options.algorithm))
     throw Error(ErrorCode::invalid_argument,
-                fmt::format("{}: algorithm {} is not a chorus::Algorithm", name,
+                fmt::format("{}: algorithm {} is not a chorus::Algorithm", coll::to_string(kind),
                             static_cast<int>(options.algorithm)));
   if (options.algorithm != Algorithm::automatic && kind != coll::CollectiveKind::allreduce)
     throw Error(ErrorCode::invalid_argument,
                 fmt::format("{}: CallOptions::algorithm = {} names an AllReduce algorithm; other "
                             "collectives take CallOptions::algorithm_name",
-                            name, to_string(options.algorithm)));
+                            coll::to_string(kind), to_string(options.algorithm)));
   core::Call call;
   call.kind = kind;
   core::check_arguments(kind, args, transport->rank(), transport->size(), call);
