@@ -28,11 +28,6 @@ struct CallArgs {
 
 // One checked call, as this rank made it.
 struct Call {
-  // Not an aggregate: GCC then initializes the members one by one. An
-  // aggregate's default members became one clear of the whole struct, at
-  // 96 bytes a `rep stos` (generic tuning), whose microcode startup perf
-  // charged with most of make_call()'s samples on this AMD EPYC.
-  Call() noexcept {}
   coll::CollectiveKind kind = coll::CollectiveKind::allreduce;
   coll::CallSignature signature;  // what the call check compares across ranks
   const coll::AlgorithmRow* algorithm = nullptr;  // what runs it, chosen once
