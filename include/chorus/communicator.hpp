@@ -75,7 +75,10 @@ class CHORUS_API Work {
   // True once the collective has ended, well or not; never blocks or throws.
   bool test() const;
   // Blocks until the collective ends or `timeout` passes; returns whether it
-  // ended. Throws its Error if it failed.
+  // ended. Throws its Error if it failed. A wait of at least the
+  // communicator's timeout (Options::timeout, which bounds every call) on a
+  // call no thread has started, next in the queue, runs it on this thread
+  // instead of handing it to Chorus's worker and back.
   bool wait(std::chrono::duration<double> timeout = std::chrono::hours(24 * 365));
   // The error it ended with, once it has ended badly.
   std::optional<Error> error() const;
@@ -83,8 +86,9 @@ class CHORUS_API Work {
   // ended well (what a receive from kAnySource needs); -1 otherwise.
   int source() const;
   // Runs `callback` once the work has ended, well or not: at once on this
-  // thread if it has, else on the thread that ends it (Chorus's worker), so
-  // it must be short and must not call this communicator or wait. What
+  // thread if it has, else on the thread that ends it (Chorus's worker, or
+  // a thread whose wait() runs the call), so it must be short and must not
+  // call this communicator or wait. What
   // frameworks build futures on (the PyTorch backend marks its Future here).
   void on_complete(std::function<void()> callback);
 

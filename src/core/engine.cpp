@@ -317,6 +317,7 @@ Communicator::Impl::Impl(std::unique_ptr<transport::Transport> t,
 }
 
 Communicator::Impl::~Impl() {
+  queue_access->close();  // no waiter runs a call from here on
   {
     std::lock_guard lock(queue_mutex);
     stopping = true;
@@ -564,6 +565,7 @@ Work Communicator::Impl::submit_async(const core::Call& call) {
     state->finish(poisoned_error());
     return Work(state);
   }
+  state->queue_access = queue_access;
   {
     std::lock_guard queue_lock(queue_mutex);
     start_worker();
@@ -572,6 +574,63 @@ Work Communicator::Impl::submit_async(const core::Call& call) {
   }
   queue_cv.notify_all();
   return Work(state);
+}
+
+bool QueueAccess::run_through(const Work::State* target, double timeout_seconds) {
+  {
+    std::lock_guard lock(mutex);
+    if (!open) return false;
+    ++inside;
+  }
+  bool ran = false;
+  try {
+    ran = engine->run_queued_next(target, timeout_seconds);
+  } catch (...) {  // run_dequeued() keeps a call's errors in its state; this is a lock failing
+  }
+  {
+    std::lock_guard lock(mutex);
+    --inside;
+  }
+  left.notify_all();
+  return ran;
+}
+
+void QueueAccess::close() {
+  std::unique_lock lock(mutex);
+  open = false;
+  left.wait(lock, [&] { return inside == 0; });
+}
+
+bool Communicator::Impl::run_queued_next(const Work::State* target, double wait_seconds) {
+  // The call runs to its end or its deadline (the communicator's timeout):
+  // a wait that must return sooner leaves it to the worker.
+  if (wait_seconds < timeout_seconds) return false;
+  std::unique_lock lock(queue_mutex);
+  if (worker_busy.load() || stopping || queue.empty() || queue.front().second.get() != target)
+    return false;
+  worker_busy = true;  // the worker leaves the queue alone meanwhile
+  auto [call, state] = std::move(queue.front());
+  queue.pop_front();
+  queued.store(queue.size());
+  lock.unlock();
+  run_dequeued(call, *state);
+  lock.lock();
+  worker_busy = false;
+  lock.unlock();
+  queue_cv.notify_all();  // the worker, or a blocking call waiting for the queue
+  return true;
+}
+
+void Communicator::Impl::run_dequeued(core::Call& call, Work::State& state) {
+  std::optional<Error> error;
+  try {
+    run(call);
+  } catch (const Error& e) {
+    error = e;
+  } catch (const std::exception& e) {
+    error = Error(ErrorCode::internal, e.what());
+  }
+  state.finish(std::move(error));
 }
 
 void Communicator::Impl::start_worker() {
@@ -585,7 +644,9 @@ void Communicator::Impl::worker_loop() {
   constexpr auto kPointToPointPoll = std::chrono::microseconds(50);
   std::unique_lock lock(queue_mutex);
   for (;;) {
-    const auto ready = [&] { return stopping || !queue.empty(); };
+    // A waiter running its queued call itself (run_queued_next()) holds
+    // worker_busy; the worker takes none meanwhile.
+    const auto ready = [&] { return stopping || (!queue.empty() && !worker_busy.load()); };
     if (!ready() && point_to_point_pending.load() == 0) {
       // Spin briefly first (yielding): a framework that posts the next call
       // right after the last one ended (DDP's buckets, a sync call made
@@ -601,7 +662,7 @@ void Communicator::Impl::worker_loop() {
       queue_cv.wait(lock, [&] { return ready() || point_to_point_pending.load() > 0; });
     else
       queue_cv.wait_for(lock, kPointToPointPoll, ready);
-    if (queue.empty()) {
+    if (queue.empty() || worker_busy.load()) {
       if (point_to_point_pending.load() > 0) {
         const bool ending = stopping;
         lock.unlock();
@@ -622,15 +683,7 @@ void Communicator::Impl::worker_loop() {
     queue.pop_front();
     queued.store(queue.size());
     lock.unlock();
-    std::optional<Error> error;
-    try {
-      run(call);
-    } catch (const Error& e) {
-      error = e;
-    } catch (const std::exception& e) {
-      error = Error(ErrorCode::internal, e.what());
-    }
-    state->finish(std::move(error));
+    run_dequeued(call, *state);
     lock.lock();
     worker_busy = false;
     queue_cv.notify_all();

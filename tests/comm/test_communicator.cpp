@@ -236,6 +236,63 @@ TEST(Communicator, HundredAsyncCallsCompleteInOrderWithCorrectResults) {
   }));
 }
 
+// A wait on an async call that is next in the queue runs it on the waiting
+// thread (Impl::run_queued_next()): waited in any order, from two threads
+// at once, beside the worker, the calls still run in the order they were
+// queued, each once.
+TEST(Communicator, AsyncCallsWaitedInAnyOrderFromTwoThreadsRunInQueueOrder) {
+  Options options;
+  options.timeout = 20s;  // what a wait must allow for a waiter to run the call itself
+  expect_all_ok(run_ranks(3, [](Communicator& comm) {
+    constexpr int kCalls = 96;
+    std::vector<std::vector<std::int64_t>> buffers(kCalls);
+    std::vector<Work> work;
+    for (int k = 0; k < kCalls; ++k) {
+      // Sizes from 1 to 1000 elements: the segment's one-shot and two-shot rows.
+      buffers[k].assign(static_cast<std::size_t>(1 + k * 11), comm.rank() + k);
+      work.push_back(comm.allreduce_async(std::span<std::int64_t>(buffers[k]), ReduceOp::sum));
+      // Every 8th call, wait on the one 4 back (while more is queued behind it).
+      if (k % 8 == 7) work[k - 4].wait(20s);
+    }
+    // The rest: every other call on another thread from the front, the
+    // others here from the back.
+    std::thread other([&] {
+      for (int k = 1; k < kCalls; k += 2) work[k].wait(20s);
+    });
+    for (int k = kCalls - 2; k >= 0; k -= 2) work[k].wait(20s);
+    other.join();
+    for (int k = 0; k < kCalls; ++k) {
+      if (!work[k].test()) throw std::runtime_error("call " + std::to_string(k) + " not done");
+      for (auto v : buffers[k])
+        if (v != 3 + 3 * k) throw std::runtime_error("async call " + std::to_string(k) + " wrong");
+    }
+    if (comm.counters().total.calls != kCalls) throw std::runtime_error("a call ran twice or not");
+    // A blocking call after them all, then an async one waited at once.
+    std::int64_t x = 1;
+    comm.allreduce(&x, &x, 1, DataType::int64, ReduceOp::sum);
+    Work last = comm.allreduce_async(&x, &x, 1, DataType::int64, ReduceOp::sum);
+    last.wait(20s);
+    if (x != 9) throw std::runtime_error("the calls after the async ones are wrong");
+  }, options));
+}
+
+// A wait shorter than the communicator's timeout does not run the call
+// itself (which could take until the call's deadline): it returns at its
+// own timeout, and the worker runs the call.
+TEST(Communicator, AShortWaitOnAQueuedCallReturnsAtItsTimeout) {
+  Options options;
+  options.timeout = 20s;
+  expect_all_ok(run_ranks(2, [](Communicator& comm) {
+    float x = 1;
+    if (comm.rank() == 1) std::this_thread::sleep_for(300ms);  // rank 0's call waits for it
+    Work w = comm.allreduce_async(&x, &x, 1, DataType::float32, ReduceOp::sum);
+    if (comm.rank() == 0 && w.wait(10ms))
+      throw std::runtime_error("a 10 ms wait returned with the call done: it ran the call");
+    w.wait(20s);
+    if (x != 2) throw std::runtime_error("wrong sum");
+  }, options));
+}
+
 TEST(Communicator, AsyncWorkOverlapsTheCallersComputation) {
   expect_all_ok(run_ranks(2, [](Communicator& comm) {
     std::vector<float> v(1 << 20, 1.0f);
