@@ -585,7 +585,7 @@ bool QueueAccess::run_through(const Work::State* target, double timeout_seconds)
   bool ran = false;
   try {
     ran = engine->run_queued_next(target, timeout_seconds);
-  } catch (...) {  // run_dequeued() keeps a call's errors in its state; this is a lock failing
+  } catch (...) {  // run_front() keeps a call's errors in its state; this is a lock failing
   }
   {
     std::lock_guard lock(mutex);
@@ -608,20 +608,18 @@ bool Communicator::Impl::run_queued_next(const Work::State* target, double wait_
   std::unique_lock lock(queue_mutex);
   if (worker_busy.load() || stopping || queue.empty() || queue.front().second.get() != target)
     return false;
-  worker_busy = true;  // the worker leaves the queue alone meanwhile
-  auto [call, state] = std::move(queue.front());
-  queue.pop_front();
-  queued.store(queue.size());
-  lock.unlock();
-  run_dequeued(call, *state);
-  lock.lock();
-  worker_busy = false;
+  run_front(lock);  // the worker leaves the queue alone meanwhile
   lock.unlock();
   queue_cv.notify_all();  // the worker, or a blocking call waiting for the queue
   return true;
 }
 
-void Communicator::Impl::run_dequeued(core::Call& call, Work::State& state) {
+void Communicator::Impl::run_front(std::unique_lock<std::mutex>& lock) {
+  worker_busy = true;  // before `queued` drops: submit() reads the two without the lock
+  auto [call, state] = std::move(queue.front());
+  queue.pop_front();
+  queued.store(queue.size());
+  lock.unlock();
   std::optional<Error> error;
   try {
     run(call);
@@ -630,7 +628,9 @@ void Communicator::Impl::run_dequeued(core::Call& call, Work::State& state) {
   } catch (const std::exception& e) {
     error = Error(ErrorCode::internal, e.what());
   }
-  state.finish(std::move(error));
+  state->finish(std::move(error));
+  lock.lock();
+  worker_busy = false;
 }
 
 void Communicator::Impl::start_worker() {
@@ -678,14 +678,7 @@ void Communicator::Impl::worker_loop() {
       if (stopping) return;  // everything queued has run
       continue;
     }
-    worker_busy = true;  // before `queued` drops: submit() reads the two without the lock
-    auto [call, state] = std::move(queue.front());
-    queue.pop_front();
-    queued.store(queue.size());
-    lock.unlock();
-    run_dequeued(call, *state);
-    lock.lock();
-    worker_busy = false;
+    run_front(lock);
     queue_cv.notify_all();
   }
 }

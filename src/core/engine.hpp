@@ -142,8 +142,10 @@ struct Communicator::Impl {
   // waited for right after it was queued then costs what a blocking one
   // does, not a hand-off to the worker and back (6-9 us at 8 B here).
   bool run_queued_next(const Work::State* target, double wait_seconds);
-  // Runs one dequeued call and finishes its state with the outcome.
-  void run_dequeued(core::Call& call, Work::State& state);
+  // With queue_mutex held (`lock`) and no thread running queued calls:
+  // runs the front call on this thread (worker_busy meanwhile), finishes
+  // its state with the outcome, and returns with the lock held again.
+  void run_front(std::unique_lock<std::mutex>& lock);
 
   // A posted send or receive; `request` is null while a receive from any
   // source has not found its sender yet.
