@@ -251,6 +251,10 @@ class Runner {
             const CallOptions& forced) {
     const Buffers b = buffers(count, type, in_place);
     const std::size_t n = per_rank(count);
+    if (o_.async) {
+      call_async(b, n, type, op, forced).wait();
+      return;
+    }
     switch (o_.collective) {
       case PerfCollective::allreduce: return comm_.allreduce(b.send, b.recv, n, type, op, forced);
       case PerfCollective::allgather: return comm_.allgather(b.send, b.recv, n, type, forced);
@@ -260,6 +264,21 @@ class Runner {
         return comm_.reduce_scatter(b.send, b.recv, n, type, op, forced);
       case PerfCollective::alltoall: return comm_.alltoall(b.send, b.recv, n, type, forced);
     }
+  }
+
+  Work call_async(const Buffers& b, std::size_t n, DataType type, ReduceOp op,
+                  const CallOptions& forced) {
+    switch (o_.collective) {
+      case PerfCollective::allreduce: return comm_.allreduce_async(b.send, b.recv, n, type, op, forced);
+      case PerfCollective::allgather: return comm_.allgather_async(b.send, b.recv, n, type, forced);
+      case PerfCollective::broadcast: return comm_.broadcast_async(b.recv, n, type, o_.root, forced);
+      case PerfCollective::reduce:
+        return comm_.reduce_async(b.send, b.recv, n, type, op, o_.root, forced);
+      case PerfCollective::reduce_scatter:
+        return comm_.reduce_scatter_async(b.send, b.recv, n, type, op, forced);
+      case PerfCollective::alltoall: return comm_.alltoall_async(b.send, b.recv, n, type, forced);
+    }
+    return {};
   }
 
   // The registry row that runs a call of `count` when `algorithm` is asked for.

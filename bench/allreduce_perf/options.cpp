@@ -172,8 +172,8 @@ PerfOptions parse(const std::vector<std::string>& args, PerfCollective collectiv
       {"blocking", 'z'}, {"timeout", 'T'},   {"unalign", 'u'},   {"output_file", 'J'},
       {"algo", 'A'},     {"transport", 'X'}, {"help", 'h'},      {"csv", 'C'},
       {"np", 'P'},       {"mpi", 'M'},       {"tune", 'U'},      {"inject-error", 'E'},
-      {"root", 'r'},     {"rewrite", 'W'}};
-  const std::string flags_without_value = "hMEW";
+      {"root", 'r'},     {"rewrite", 'W'},   {"async", 'Y'}};
+  const std::string flags_without_value = "hMEWY";
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     char flag = 0;
@@ -238,6 +238,7 @@ PerfOptions parse(const std::vector<std::string>& args, PerfCollective collectiv
       case 'U': o.tune_file = value; break;
       case 'E': o.inject_error = true; break;
       case 'W': o.rewrite = true; break;
+      case 'Y': o.async = true; break;
       case 'h': o.help = true; break;
       case 'r': o.root = static_cast<int>(parse_int(value, what, 0, 1 << 20)); break;
       default: throw UsageError(fmt::format("unknown option '{}'", arg));
@@ -297,6 +298,9 @@ std::string usage(const std::string& program) {
                             writes its gradients; only the calls are timed (without it, as
                             nccl-tests, an out-of-place call reads the input unchanged since
                             the last call, which peers may still hold in their caches)
+  --async                   each timed call is the collective's async form and its wait
+                            (what a framework's async call costs: the hand-off to Chorus's
+                            worker thread, or the wait running the call itself)
   --csv <file>              also write the results as CSV
   --tune <file>             (allreduce) measure every algorithm and write the fastest per size
                             as a tuning file (CHORUS_TUNING_FILE reads it)

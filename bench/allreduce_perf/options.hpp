@@ -55,6 +55,7 @@ struct PerfOptions {
   int average = 1;                   // -a: 0 rank 0, 1 mean, 2 min, 3 max
   bool blocking = false;             // -z: a barrier after every call
   bool rewrite = false;              // --rewrite: write the input before every call, untimed
+  bool async = false;                // --async: each call is the async form and its wait
   int timeout_seconds = 0;           // -T (0: CHORUS_TIMEOUT)
   std::size_t unalign = 0;           // -u: buffers start this many elements past a page
   std::string json_file;             // -J

@@ -176,6 +176,9 @@ TEST(Options, ShortLongAndAttachedFormsAndSuffixes) {
   EXPECT_TRUE(o.blocking);
   EXPECT_TRUE(o.rewrite);
   EXPECT_FALSE(parse({}).rewrite);
+  EXPECT_TRUE(parse({"--async"}).async);
+  EXPECT_FALSE(parse({}).async);
+  EXPECT_THROW(parse({"--async=1"}), UsageError);
   EXPECT_THROW(parse({"--rewrite=1"}), UsageError);  // a switch, like --mpi
   EXPECT_EQ(parse({"-d", "all"}).types.size(), 10u);
   EXPECT_EQ(parse_size("1K", "-b"), 1024u);
