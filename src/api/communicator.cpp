@@ -22,11 +22,11 @@ bool Work::test() const {
 
 bool Work::wait(std::chrono::duration<double> timeout) {
   if (!state_) return true;
-  // A call still queued runs here, on the waiting thread, rather than be
-  // handed to the worker and back (which the waiting would only watch).
+  // A call next in the queue runs here, on the waiting thread, rather than
+  // be handed to the worker and back (which the waiting would only watch).
   if (!state_->done.load(std::memory_order_acquire))
     if (const auto access = state_->queue_access.lock())
-      access->run_through(state_.get(), timeout.count());
+      access->run_if_next(state_.get(), timeout.count());
   // Spin briefly (yielding) before sleeping: a small collective ends within
   // microseconds, less than a sleep and wake-up cost.
   const auto spin_end = std::chrono::steady_clock::now() +

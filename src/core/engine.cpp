@@ -576,7 +576,7 @@ Work Communicator::Impl::submit_async(const core::Call& call) {
   return Work(state);
 }
 
-bool QueueAccess::run_through(const Work::State* target, double timeout_seconds) {
+bool QueueAccess::run_if_next(const Work::State* target, double timeout_seconds) {
   {
     std::lock_guard lock(mutex);
     if (!open) return false;

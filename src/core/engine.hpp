@@ -45,7 +45,7 @@ struct QueueAccess {
   // Runs `target`'s call on this thread if it is next in the queue and no
   // thread runs queued calls now (Communicator::Impl::run_queued_next());
   // false when it did not.
-  bool run_through(const Work::State* target, double timeout_seconds);
+  bool run_if_next(const Work::State* target, double timeout_seconds);
   void close();  // no waiter enters after it; returns once those inside left
   Communicator::Impl* const engine;
   std::mutex mutex;

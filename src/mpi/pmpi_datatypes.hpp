@@ -45,10 +45,9 @@ struct TypeInfo {
   std::optional<Element> element;
 };
 
-
-// A predefined datatype element_of_named() knows, at once; any other by
-// walking its constructors (MPI_Type_get_envelope/get_contents) for its
-// element and asking MPI for its size and extent. Fills every field of
+// A predefined datatype with a Chorus element, by its handle, at once; any
+// other by walking its constructors (MPI_Type_get_envelope/get_contents)
+// for its element and asking MPI for its size and extent. Fills every field of
 // `info` (written in place: a TypeInfo returned by value went through a
 // temporary whose narrow stores the copy read back in wider loads, a
 // stalled store-to-load forward on every reduction).
