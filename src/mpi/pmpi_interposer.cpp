@@ -48,9 +48,10 @@ Route op_for(const Element& element, MPI_Op op, ReduceOp& out) {
 
 // ---- Settings and counts -------------------------------------------------
 
-std::size_t min_bytes_from_env() {
+// CHORUS_MPI_MIN_BYTES, or nothing when it is not set (or not a byte count).
+std::optional<std::size_t> min_bytes_from_env() {
   const char* env = std::getenv("CHORUS_MPI_MIN_BYTES");
-  if (env == nullptr || *env == '\0') return kDefaultMinBytes;
+  if (env == nullptr || *env == '\0') return std::nullopt;
   char* end = nullptr;
   errno = 0;
   const unsigned long long value = std::strtoull(env, &end, 10);
@@ -62,10 +63,9 @@ std::size_t min_bytes_from_env() {
   if (end == env || *end != '\0' || env[0] == '-' || !fits || errno == ERANGE) {
     std::fprintf(stderr,
                  "chorus_pmpi: CHORUS_MPI_MIN_BYTES='%s' is not a byte count that fits (like 65536 or "
-                 "64K); "
-                 "using %zu\n",
-                 env, kDefaultMinBytes);
-    return kDefaultMinBytes;
+                 "64K); using the defaults (%zu, and %zu for the nonblocking collectives)\n",
+                 env, kDefaultMinBytes, kDefaultNonblockingMinBytes);
+    return std::nullopt;
   }
   return static_cast<std::size_t>(value) * scale;
 }
@@ -122,7 +122,8 @@ void set_up(Interposer& it) {
   if (it.ready.load(std::memory_order_acquire)) return;
   PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_entry, &it.keyval, nullptr);
   PMPI_Add_error_class(&it.error_class);
-  it.min_bytes = min_bytes_from_env();
+  if (const std::optional<std::size_t> given = min_bytes_from_env())
+    it.min_bytes = it.nonblocking_min_bytes = *given;
   pass_from_env(it.pass);
   it.ready.store(true, std::memory_order_release);
 }
@@ -245,10 +246,11 @@ Route reduction(MPI_Datatype datatype, MPI_Op op, Taken& taken) {
 // Past the argument checks: the size threshold, then the communicator.
 // 8-bit integer sums go to Chorus at every size: Open MPI 4.1's op/avx
 // saturates them where MPI says they wrap, and Chorus wraps.
-Route connect(Interposer& it, std::size_t bytes, MPI_Comm comm, Taken& taken) {
+Route connect(Interposer& it, Collective c, std::size_t bytes, MPI_Comm comm, Taken& taken) {
   const bool mpi_saturates = taken.reduces && taken.op == ReduceOp::sum &&
                              (taken.type == DataType::int8 || taken.type == DataType::uint8);
-  if (bytes < it.min_bytes && !mpi_saturates) return Route::below_min_bytes;
+  const std::size_t min_bytes = is_nonblocking(c) ? it.nonblocking_min_bytes : it.min_bytes;
+  if (bytes < min_bytes && !mpi_saturates) return Route::below_min_bytes;
   Route r = Route::chorus;
   taken.chorus = communicator_of(it, comm, r);
   return taken.chorus ? Route::chorus : r;
@@ -405,8 +407,9 @@ void print_counts(Interposer& it) {
             std::to_string(passed) + " passed to MPI" +
             (reasons.empty() ? "" : " (" + reasons + ")") + "\n";
   }
-  text += "chorus_pmpi: rank " + std::to_string(rank) +
-          ": CHORUS_MPI_MIN_BYTES=" + std::to_string(it.min_bytes) + "\n";
+  text += "chorus_pmpi: rank " + std::to_string(rank) + ": CHORUS_MPI_MIN_BYTES=" +
+          std::to_string(it.min_bytes) + " (nonblocking collectives: " +
+          std::to_string(it.nonblocking_min_bytes) + ")\n";
   std::fputs(text.c_str(), stderr);
 }
 
