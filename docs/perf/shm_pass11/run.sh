@@ -4,7 +4,8 @@
 # the commit before the pass (edd8275), for the before/after columns (its
 # bin/ and src/, whose libraries LD_LIBRARY_PATH puts first: libchorus_pmpi
 # finds its libchorus by RUNPATH otherwise). Writes docs/perf/shm_pass11/;
-# report.py summarizes it. Ran on c16c39d.
+# report.py summarizes it. Steps 1-3 and 5 ran on c16c39d, step 4 on
+# a8b9bbb (nonblocking collectives taken over from 64 KiB by default).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 out=docs/perf/shm_pass11; NEW=$PWD/build; BASE=${BASE:-/tmp/basesrc/build}
 STEPS=${STEPS:-12345}  # which steps below to run
