@@ -339,6 +339,22 @@ TEST(CollectivePerf, EveryToolChecksCleanWithNcclTestsColumns) {
   }
 }
 
+// --async: every collective's async form and its wait, checked like the
+// blocking calls (the checked call takes the same path as the timed ones).
+TEST(CollectivePerf, AsyncFormsOfEveryCollectiveCheckClean) {
+  for (const char* name : {"allreduce_perf", "allgather_perf", "broadcast_perf", "reduce_perf",
+                           "reduce_scatter_perf", "alltoall_perf"}) {
+    const PerfRun run = run_perf({"--np", "2", "-b", "96", "-e", "96K", "-f", "32", "-n", "3", "-w",
+                                  "1", "-X", "tcp", "--async"},
+                                 120, tool(name));
+    ASSERT_EQ(run.result.exit_code, 0) << name << "\n" << run.text();
+    const Parsed p = parse_nccl_tests_output(run.text());
+    ASSERT_EQ(p.rows.size(), 3u) << name << "\n" << run.text();  // 96 B, 3 KiB, 96 KiB
+    for (const auto& r : p.rows) EXPECT_EQ(r.wrong[0], "0") << name << " " << r.size;
+    EXPECT_EQ(p.out_of_bounds, "0 OK") << name;
+  }
+}
+
 TEST(CollectivePerf, ACorruptedResultOfAnyCollectiveIsCounted) {
   for (const char* name : {"allgather_perf", "broadcast_perf", "reduce_perf", "reduce_scatter_perf",
                            "alltoall_perf"}) {
