@@ -34,6 +34,17 @@ for p in (2, 4):
             cells.append(f"{size} B {spread(ratio['base'])} -> {spread(ratio['new'])}"
                          f" [{time['base']:.3f} -> {time['new']:.3f} us]")
         print(f"  p = {p} {t}: " + "; ".join(cells))
+        if t == "broadcast":
+            continue  # one buffer: no in-place column
+        in_place = []
+        for size in sorted(column(f"mpi_{t}_p{p}_new_*.csv", "ip_time_us")):
+            ratio = {}
+            for w in ("base", "new"):
+                ip = column(f"mpi_{t}_p{p}_{w}_*.csv", "ip_time_us")[size]
+                mpi = column(f"mpi_{t}_p{p}_{w}_*.csv", "mpi_time_us")[size]
+                ratio[w] = [m / c for m, c in zip(mpi, ip)]
+            in_place.append(f"{size} B {spread(ratio['base'])} -> {spread(ratio['new'])}")
+        print(f"  p = {p} {t}, in place: " + "; ".join(in_place))
 
 print("\n2. Through libchorus_pmpi (CHORUS_MPI_MIN_BYTES=0): Open MPI alone / the library, median of"
       " the per-run ratios (range); before -> after")
