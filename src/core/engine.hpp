@@ -140,7 +140,8 @@ struct Communicator::Impl {
   // another waiter) is running queued calls, and the wait is at least the
   // communicator's timeout (which bounds the call); true if it did. A call
   // waited for right after it was queued then costs what a blocking one
-  // does, not a hand-off to the worker and back (6-9 us at 8 B here).
+  // does, not a hand-off to the worker and back (4-13 us at 8 B here,
+  // docs/performance.md "Eleventh pass").
   bool run_queued_next(const Work::State* target, double wait_seconds);
   // With queue_mutex held (`lock`) and no thread running queued calls:
   // runs the front call on this thread (worker_busy meanwhile), finishes
