@@ -124,16 +124,19 @@ void check_arguments(coll::CollectiveKind kind, const CallArgs& a, int me, int p
     std::size_t extent = all;
     BlockLayout blocks = equal ? BlockLayout::uniform(p, a.count)
                                : layout(counts, displs, counts_name, displs_name, extent);
-    need(whole, fmt::format("{} buffer (at the root)", whole_name).c_str(), extent);
+    // (Checked here rather than by need() and slot_or_apart(): their
+    // messages are formatted only when thrown, not on every call.)
+    if (extent > 0 && whole == nullptr)
+      throw bad(fmt::format("{} buffer (at the root) is null but holds {} bytes", whole_name, extent));
     const std::size_t root_count = blocks.counts[static_cast<std::size_t>(me)];
     if (root_count != a.count)
       throw bad(fmt::format("the root's own block is {} elements ({}[{}]) but its {} count is {}",
                             root_count, counts_name, me, own_name, a.count));
     const auto* slot = static_cast<const std::byte*>(whole) + blocks.offset(me, esize);
-    slot_or_apart(own, block, whole, extent, slot,
-                  fmt::format("{} overlaps {} without being the root's block of it (in place "
-                              "means {} == {} + the root's displacement)",
-                              own_name, whole_name, own_name, whole_name).c_str());
+    if (own != slot && overlaps(own, block, whole, extent))
+      throw bad(fmt::format("{} overlaps {} without being the root's block of it (in place "
+                            "means {} == {} + the root's displacement)",
+                            own_name, whole_name, own_name, whole_name));
     return blocks;
   };
   // The v-forms' layouts, made only for them.
