@@ -334,29 +334,38 @@ constexpr AlgorithmRow kRows[] = {
        reduce_scatter_ring(c, o.send, o.recv, o.recv_blocks().counts, o.type, o.op);
      }},
 
-    {34, K::alltoallv, "pairwise", "pairwise", "every pair exchanges once, all posted at once",
+    {34, K::alltoallv, "shm", "shm",
+     "blocks up to 64 KiB through the slots of the host segment, larger ones as messages", any_p,
+     always, shm_alltoallv, nullptr, shm_block_table_need},
+    {35, K::alltoallv, "pairwise", "pairwise", "every pair exchanges once, all posted at once",
      any_p, never,
      [](const Collective& c, const Operands& o) {
        alltoallv(c, o.send, o.send_blocks(), o.recv, o.recv_blocks(), o.type);
      }},
 
-    {35, K::gather, "shm", "shm", "the root reads every rank's slot of the host segment", any_p,
+    {36, K::gather, "shm", "shm", "the root reads every rank's slot of the host segment", any_p,
      small_blocks, shm_gather, nullptr, whole},
-    {36, K::gather, "linear", "linear", "the root receives from every rank at once", any_p, never,
+    {37, K::gather, "linear", "linear", "the root receives from every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
        gatherv(c, o.send, o.count, o.recv, o.recv_blocks(), o.type, o.root);
      }},
-    {37, K::gatherv, "linear", "linear", "the root receives from every rank at once", any_p, never,
+    {38, K::gatherv, "shm", "shm",
+     "blocks up to 64 KiB through the slots of the host segment, larger ones as messages", any_p,
+     always, shm_gatherv, nullptr, nothing},
+    {39, K::gatherv, "linear", "linear", "the root receives from every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
        gatherv(c, o.send, o.count, o.recv, o.recv_blocks(), o.type, o.root);
      }},
-    {38, K::scatter, "shm", "shm", "every rank reads its block from the root's slot", any_p,
+    {40, K::scatter, "shm", "shm", "every rank reads its block from the root's slot", any_p,
      small_blocks, shm_scatter, nullptr, every_block},
-    {39, K::scatter, "linear", "linear", "the root sends to every rank at once", any_p, never,
+    {41, K::scatter, "linear", "linear", "the root sends to every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
        scatterv(c, o.send, o.send_blocks(), o.recv, o.count, o.type, o.root);
      }},
-    {40, K::scatterv, "linear", "linear", "the root sends to every rank at once", any_p, never,
+    {42, K::scatterv, "shm", "shm",
+     "blocks up to 64 KiB through the root's slot of the host segment, larger ones as messages",
+     any_p, always, shm_scatterv, nullptr, shm_block_table_need},
+    {43, K::scatterv, "linear", "linear", "the root sends to every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
        scatterv(c, o.send, o.send_blocks(), o.recv, o.count, o.type, o.root);
      }},

@@ -692,6 +692,199 @@ void shm_scatter(const Collective& c, const Operands& o) {
   // As a broadcast's: the others compared the root's signature, the root does later.
 }
 
+// ---- The v-forms whose sizes not every rank knows (gatherv, scatterv,
+// alltoallv). A block's size is known to its writer and to its reader, and
+// to no other rank, so the ranks cannot agree on a size threshold between
+// this row and the message rows; the path is chosen per block instead, on
+// both sides alike: a block of at most block_limit() bytes goes through its
+// writer's slot, a larger one as a message (the transport's cross-memory
+// attach: one copy by the kernel where the slot costs two). These rows so
+// run at every size.
+//
+// A rank that writes blocks for several readers (scatterv's root, every
+// rank of an alltoallv) puts a table of p block sizes (uint32) first, the
+// size of every block it sends, and then, packed in rank order, the blocks
+// that go through the slot: a reader finds its block by the sizes before
+// its own, and checks its size against what it expects; a block sent as a
+// message has no bytes in the slot. Its own block a rank copies directly.
+//
+//   slot: [ size 0 | size 1 | size 2 | size 3 ][ block 1 | block 3 ]  (block 2 a message)
+namespace {
+
+std::size_t block_table_bytes(int p) { return (static_cast<std::size_t>(p) * 4 + 7) / 8 * 8; }
+
+// The largest block that goes through the slot of a rank writing `writers`
+// blocks (beside their table when several): at most a stream chunk (from
+// there the kernel's one copy beat two copies through the slot:
+// small_blocks()), and so that every block of that size fits the slot.
+std::size_t block_limit(const Collective& c, int writes) {
+  const std::size_t table = writes > 1 ? block_table_bytes(c.host->size()) : 0;
+  const std::size_t room = std::max(c.host->slot_bytes(), shm::kEntryDataBytes) - table;
+  return std::min(kStreamChunkBytes, room / static_cast<std::size_t>(std::max(writes, 1)));
+}
+
+// Writes this rank's table and the blocks of `in` (laid out by `blocks`, of
+// `esize`-byte elements) for every other rank that go through its slot, and
+// publishes them.
+void contribute_blocks(const Collective& c, const std::byte* in, const BlockLayout& blocks,
+                       std::size_t esize, std::size_t limit) {
+  const int p = c.host->size(), me = c.host->rank();
+  const std::size_t table = block_table_bytes(p);
+  std::size_t packed = 0;
+  for (int q = 0; q < p; ++q)
+    if (q != me && blocks.bytes(q, esize) <= limit) packed += blocks.bytes(q, esize);
+  std::byte* slot = begin_slot(c, table + packed);
+  std::byte* at = slot + table;
+  for (int q = 0; q < p; ++q) {
+    const std::size_t n = blocks.bytes(q, esize);
+    const auto size = static_cast<std::uint32_t>(std::min<std::size_t>(n, UINT32_MAX));
+    std::memcpy(slot + static_cast<std::size_t>(q) * 4, &size, 4);
+    if (q == me || n > limit) continue;
+    copy_memory(at, in + blocks.offset(q, esize), n);
+    at += n;
+  }
+  c.host->publish(c.sequence, table + packed);
+}
+
+// Reads `writer`'s table (its slot holds this call: wait_for_slot) and
+// returns where this rank's block is, which must be `bytes` long in
+// `esize`-byte elements (null where it comes as a message). A size that
+// differs ends the call naming both and `what` (the count that says it),
+// as a message's receive does; a table that contradicts its slot, as a
+// broken peer's, ends it too.
+const std::byte* find_block(const Collective& c, int writer, std::size_t bytes, std::size_t esize,
+                            std::size_t limit, const char* what) {
+  const shm::Segment& host = *c.host;
+  const int p = host.size(), me = host.rank();
+  const shm::SlotHeader& header = host.header(writer, c.sequence);
+  const std::byte* data = host.data(writer, c.sequence);
+  const std::size_t table = block_table_bytes(p), written = header.bytes();
+  const std::size_t room = header.in_entry() ? shm::kEntryDataBytes : host.slot_bytes();
+  const auto size_of_block = [&](int q) {
+    std::uint32_t n = 0;
+    std::memcpy(&n, data + static_cast<std::size_t>(q) * 4, 4);
+    return std::size_t{n};
+  };
+  if (written < table || written > room)
+    throw Error(ErrorCode::peer_failure,
+                fmt::format("rank {}: rank {}'s shared-memory slot for call #{} holds {} bytes, "
+                            "not a table of {} block sizes and blocks: a broken peer",
+                            host.comm_rank(me), host.comm_rank(writer), c.sequence, written, p));
+  const std::size_t theirs = size_of_block(me);
+  if (theirs != std::min<std::size_t>(bytes, UINT32_MAX))
+    throw Error(ErrorCode::mismatched_collective,
+                fmt::format("rank {} sent {} elements where rank {}'s {} expects {}",
+                            host.comm_rank(writer), theirs / esize, host.comm_rank(me), what,
+                            bytes / esize));
+  if (bytes > limit) return nullptr;  // a message
+  std::size_t offset = table;
+  for (int q = 0; q < me; ++q)
+    if (q != writer && size_of_block(q) <= limit) offset += size_of_block(q);
+  if (offset > written || written - offset < bytes)
+    throw Error(ErrorCode::peer_failure,
+                fmt::format("rank {}: rank {}'s shared-memory slot for call #{} holds {} bytes, "
+                            "fewer than its table of block sizes says: a broken peer",
+                            host.comm_rank(me), host.comm_rank(writer), c.sequence, written));
+  return data + offset;
+}
+
+// The one message tag of the blocks sent as messages: one per pair and direction.
+transport::Tag block_tag(const Collective& c) { return c.message_tag(0, 0, 0); }
+
+}  // namespace
+
+void shm_gatherv(const Collective& c, const Operands& o) {
+  const int p = c.host->size(), me = c.host->rank();
+  const std::size_t esize = size_of(o.type), limit = block_limit(c, 1);
+  if (me != o.root) {
+    const std::size_t bytes = o.count * esize;
+    if (bytes <= limit) return contribute(c, o.send, bytes);
+    // Its size in the slot (the root compares it), its bytes as a message.
+    begin_slot(c, 0);
+    c.host->publish(c.sequence, bytes);
+    c.wait(*c.transport.isend(o.root, block_tag(c), o.send, bytes));
+    return;  // As a reduce's: the root compared every signature, the others do later.
+  }
+  contribute(c, nullptr, 0);
+  fetch_ahead_from_all(c, 0);
+  const BlockLayout& blocks = o.recv_blocks();
+  auto* out = static_cast<std::byte*>(o.recv);
+  std::vector<transport::RequestPtr> receives;
+  for (int q = 0; q < p; ++q) {
+    if (q == me) continue;
+    const std::size_t bytes = blocks.bytes(q, esize);
+    const std::byte* from = wait_for_data(c, q, bytes);  // the signature and the size compared
+    if (bytes <= limit) copy_memory(out + blocks.offset(q, esize), from, bytes);
+    else receives.push_back(c.transport.irecv(q, block_tag(c), out + blocks.offset(q, esize), bytes));
+  }
+  if (o.count != 0 && out + blocks.offset(me, esize) != o.send)
+    copy_memory(out + blocks.offset(me, esize), o.send, o.count * esize);
+  if (receives.empty()) return;
+  c.wait_all(receives);
+  for (const auto& receive : receives) expect_whole(c, *receive, esize, "recv_counts");
+}
+
+void shm_scatterv(const Collective& c, const Operands& o) {
+  const int p = c.host->size(), me = c.host->rank();
+  const std::size_t esize = size_of(o.type), limit = block_limit(c, p - 1);
+  if (me == o.root) {
+    const BlockLayout& blocks = o.send_blocks();
+    const auto* in = static_cast<const std::byte*>(o.send);
+    contribute_blocks(c, in, blocks, esize, limit);
+    std::vector<transport::RequestPtr> sends;
+    for (int q = 0; q < p; ++q)
+      if (q != me && blocks.bytes(q, esize) > limit)
+        sends.push_back(c.transport.isend(q, block_tag(c), in + blocks.offset(q, esize), blocks.bytes(q, esize)));
+    if (o.count != 0 && in + blocks.offset(me, esize) != o.recv)
+      copy_memory(o.recv, in + blocks.offset(me, esize), o.count * esize);
+    if (!sends.empty()) c.wait_all(sends);
+    return;  // As a broadcast's: the others compared the root's signature, the root does later.
+  }
+  const std::size_t bytes = o.count * esize;
+  contribute(c, nullptr, 0);
+  fetch_ahead(c, o.root, 0);
+  wait_for_slot(c, o.root);
+  if (c.signature != nullptr && !c.host->signature_is(o.root, c.sequence, c.signature))
+    check_every_signature(c);
+  if (const std::byte* from = find_block(c, o.root, bytes, esize, limit, "recv_count"))
+    return copy_memory(o.recv, from, bytes);
+  wait_whole(c, *c.transport.irecv(o.root, block_tag(c), o.recv, bytes), esize, "recv_count");
+}
+
+void shm_alltoallv(const Collective& c, const Operands& o) {
+  const int p = c.host->size(), me = c.host->rank();
+  const std::size_t esize = size_of(o.type), limit = block_limit(c, p - 1);
+  const BlockLayout &sends = o.send_blocks(), &receives = o.recv_blocks();
+  const auto* in = static_cast<const std::byte*>(o.send);
+  auto* out = static_cast<std::byte*>(o.recv);
+  contribute_blocks(c, in, sends, esize, limit);
+  std::vector<transport::RequestPtr> messages;
+  for (int q = 0; q < p; ++q) {
+    if (q == me) continue;
+    if (receives.bytes(q, esize) > limit)
+      messages.push_back(c.transport.irecv(q, block_tag(c), out + receives.offset(q, esize), receives.bytes(q, esize)));
+    if (sends.bytes(q, esize) > limit)
+      messages.push_back(c.transport.isend(q, block_tag(c), in + sends.offset(q, esize), sends.bytes(q, esize)));
+  }
+  if (const std::size_t own = sends.bytes(me, esize))
+    copy_memory(out + receives.offset(me, esize), in + sends.offset(me, esize), own);
+  for (int q = 0; q < p; ++q) {
+    if (q == me) continue;
+    const std::size_t bytes = receives.bytes(q, esize);
+    wait_for_slot(c, q);
+    if (c.signature != nullptr && !c.host->signature_is(q, c.sequence, c.signature))
+      check_every_signature(c);
+    if (const std::byte* from = find_block(c, q, bytes, esize, limit, "recv_counts"))
+      copy_memory(out + receives.offset(q, esize), from, bytes);
+  }
+  if (messages.empty()) return;
+  c.wait_all(messages);
+  for (const auto& m : messages)
+    if (!m->is_send()) expect_whole(c, *m, esize, "recv_counts");
+}
+
+std::size_t shm_block_table_need(std::size_t, int p) { return block_table_bytes(p); }
+
 void shm_barrier(const Collective& c, const Operands&) {
   contribute(c, nullptr, 0);
   for (int q = 0; q < c.host->size(); ++q) wait_for_slot(c, q);

@@ -95,6 +95,15 @@ void shm_alltoall(const Collective& c, const Operands& o);
 std::size_t shm_alltoall_need(std::size_t block, int p);
 void shm_gather(const Collective& c, const Operands& o);
 void shm_scatter(const Collective& c, const Operands& o);
+// The v-forms whose block sizes only a block's writer and reader know run
+// at every size: a block of at most 64 KiB (less where the slot is small)
+// goes through its writer's slot, a larger one as a message. Scatterv's
+// root and every alltoallv rank put a table of their p block sizes first
+// (shm_block_table_need(): what they need of a slot at least).
+void shm_gatherv(const Collective& c, const Operands& o);
+void shm_scatterv(const Collective& c, const Operands& o);
+void shm_alltoallv(const Collective& c, const Operands& o);
+std::size_t shm_block_table_need(std::size_t bytes, int p);
 void shm_barrier(const Collective& c, const Operands& o);
 
 // AllReduce across hosts for small buffers, through each host's own

@@ -410,6 +410,99 @@ TEST(Collectives, GathervAndScattervMoveUnevenBlocks) {
     }), "gatherv/scatterv p=" + std::to_string(p));
 }
 
+// Through the host segment, the v-forms whose sizes only a block's two
+// ends know send each block by its own size: up to 64 KiB through the
+// writer's slot, larger ones as messages. One call mixes both, and blocks
+// of nothing.
+TEST(Collectives, VFormsThroughTheSegmentMixSlotAndMessageBlocks) {
+  const NoProbe no_probe;
+  const int p = 3;
+  // Elements of rank `from`'s block for rank `to`: 2 (8 B), 100000 (400 KB), or none.
+  auto count = [](int from, int to) -> std::size_t {
+    const std::size_t kinds[] = {2, 100000, 0};
+    return kinds[(from + 2 * to) % 3];
+  };
+  const DataType type = DataType::int32;
+  expect_ok(run_ranks(p, [&](Communicator& comm) {
+    const int r = comm.rank();
+    for (const auto kind : {coll::CollectiveKind::gatherv, coll::CollectiveKind::scatterv,
+                            coll::CollectiveKind::alltoallv})
+      require(CommunicatorAccess::engine(comm).choose(kind, "", 8).row->name == "shm",
+              "the v-forms run through the segment");
+    auto block_of = [&](int from, int to) {
+      return values(type, from, count(from, to), ReduceOp::sum, static_cast<std::size_t>(to));
+    };
+    for (int root = 0; root < p; ++root) {
+      // gatherv: rank j's block for the root, as count(j, root) says.
+      std::vector<std::size_t> counts(p);
+      for (int j = 0; j < p; ++j) counts[j] = count(j, root);
+      std::size_t extent = 0;
+      const auto displs = reversed_displs(counts, extent);
+      Bytes laid_out(extent * size_of(type), std::byte{0x5a});
+      for (int j = 0; j < p; ++j) place(laid_out, block_of(j, root), displs[j], type);
+      const bool at_root = r == root;
+      const auto if_root = [&](const std::vector<std::size_t>& v) {
+        return at_root ? std::span(v) : std::span<const std::size_t>{};
+      };
+      Bytes recv(at_root ? laid_out.size() : 0, std::byte{0x5a});
+      const Bytes mine = block_of(r, root);
+      comm.gatherv(mine.data(), counts[r], recv.data(), if_root(counts), if_root(displs), type, root);
+      require(!at_root || recv == laid_out, "gatherv root=" + std::to_string(root));
+      // scatterv: the same blocks back.
+      Bytes got(mine.size(), std::byte{0x11});
+      comm.scatterv(at_root ? laid_out.data() : nullptr, if_root(counts), if_root(displs), got.data(),
+                    counts[r], type, root);
+      require(got == mine, "scatterv root=" + std::to_string(root));
+    }
+    // alltoallv: every pair's own size, both ways.
+    std::vector<std::size_t> send_counts, recv_counts;
+    for (int j = 0; j < p; ++j) {
+      send_counts.push_back(count(r, j));
+      recv_counts.push_back(count(j, r));
+    }
+    std::size_t send_extent = 0;
+    const auto send_displs = reversed_displs(send_counts, send_extent);
+    Bytes send(send_extent * size_of(type)), want;
+    for (int j = 0; j < p; ++j) {
+      place(send, block_of(r, j), send_displs[j], type);
+      const Bytes in = block_of(j, r);
+      want.insert(want.end(), in.begin(), in.end());
+    }
+    Bytes recv(want.size(), std::byte{0x5a});
+    comm.alltoallv(send.data(), send_counts, send_displs, recv.data(), recv_counts, {}, type);
+    require(recv == want, "alltoallv");
+  }), "v-forms through the segment");
+}
+
+// A block whose two ends disagree on its size, through the segment: the
+// reader names both counts, whether the block came through the slot or
+// was to come as a message, and no rank waits for the deadline.
+TEST(Collectives, VFormsThroughTheSegmentNameABlockOfTheWrongSize) {
+  const NoProbe no_probe;
+  const Options quick{Algorithm::automatic, std::chrono::seconds(20), "", ""};
+  for (const std::size_t sent : {std::size_t{3}, std::size_t{100000}}) {
+    const auto begun = std::chrono::steady_clock::now();
+    // scatterv from rank 0: rank 1 expects 4 elements, the root sends `sent`.
+    const auto outcomes = run_ranks(2, [&](Communicator& comm) {
+      const std::vector<std::size_t> counts = {4, sent};
+      std::vector<float> send(4 + sent), recv(4);
+      const bool root = comm.rank() == 0;
+      comm.scatterv(send.data(), root ? std::span(counts) : std::span<const std::size_t>{}, {},
+                    recv.data(), 4, DataType::float32, 0);
+    }, quick);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - begun).count();
+    ASSERT_TRUE(outcomes[1].failed) << sent;
+    EXPECT_EQ(outcomes[1].code, ErrorCode::mismatched_collective) << outcomes[1].message;
+    EXPECT_NE(outcomes[1].message.find("rank 0 sent " + std::to_string(sent) +
+                                       " elements where rank 1's recv_count expects 4"),
+              std::string::npos)
+        << outcomes[1].message;
+    // The root's message to rank 1 (the large block) is not left waiting.
+    EXPECT_LT(seconds, 10) << sent;
+  }
+}
+
 TEST(Collectives, RanksDisagreeingOnVCountsGetAnError) {
   // allgatherv: every rank must pass the same counts; the call check sees it.
   const Options quick{Algorithm::automatic, std::chrono::seconds(20), "", ""};
