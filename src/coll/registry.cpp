@@ -158,12 +158,16 @@ std::size_t every_block(std::size_t block_bytes, int p) {
 }
 std::size_t nothing(std::size_t, int) { return 0; }
 
-// Gather and scatter go through the host segment while all p blocks are
-// at most 64 KiB: beyond, the transport's cross-memory attach (one copy,
-// where the segment costs two, one after the other) was faster (p = 2:
-// allgather of 1 MiB 110 us by ring against 142 us; alltoall 99 us against
-// 176 us, before both streamed).
-bool small_blocks(std::size_t block_bytes, int p) { return every_block(block_bytes, p) <= 64 * 1024; }
+// Gather and scatter go through the host segment while a block is at most
+// 64 KiB (as the v-forms' blocks: shm_gatherv()): beyond, the transport's
+// cross-memory attach (one copy, where the segment costs two, one after the
+// other) was faster (p = 2: allgather of 1 MiB 110 us by ring against 142
+// us; alltoall 99 us against 176 us, before both streamed). Up to there the
+// segment wins: 64 KiB blocks through libchorus_pmpi, us, segment against
+// linear (Open MPI): p = 2 gather 3.0 against 8.6-9.0 (5.3-6.2), scatter
+// 2.8-2.9 against 9.8-13.0 (5.5-6.6); p = 4 gather 15-16 against 36-38,
+// scatter 13.3-13.6 against 31-41 (docs/performance.md "Twelfth pass").
+bool small_blocks(std::size_t block_bytes, int) { return block_bytes <= 64 * 1024; }
 // Alltoall streams through the segment beyond that (shm_alltoall_need()),
 // and beats pairwise's cross-memory copies (alltoall_perf -A pairwise /
 // shm, p = 2, two runs: 256 KiB 16-17 us against 23-33, 16 MiB 1.2-1.3 ms
