@@ -322,54 +322,57 @@ constexpr AlgorithmRow kRows[] = {
     {30, K::barrier, "dissemination", "dissemination", "ceil(log2 p) rounds of empty messages",
      any_p, never, [](const Collective& c, const Operands&) { barrier(c); }},
 
-    {31, K::allgatherv, "ring", "ring", "each block passed once around the ring", any_p, never,
+    {31, K::allgatherv, "shm", "shm",
+     "every block through its rank's slot of the host segment (streamed beyond 64 KiB)", any_p,
+     always, shm_allgatherv, nullptr, shm_allgatherv_need},
+    {32, K::allgatherv, "ring", "ring", "each block passed once around the ring", any_p, never,
      [](const Collective& c, const Operands& o) {
        allgatherv(c, o.send, o.recv, o.recv_blocks(), o.type);
      }},
 
-    {32, K::reduce_scatter_v, "recursive_halving", "recursive_halving",
+    {33, K::reduce_scatter_v, "recursive_halving", "recursive_halving",
      "recursive halving: log2 p steps (p a power of two)", power_of_two,
      reduce_scatter_halving_preferred,
      [](const Collective& c, const Operands& o) {
        reduce_scatter_halving(c, o.send, o.recv, o.recv_blocks().counts, o.type, o.op);
      }},
-    {33, K::reduce_scatter_v, "ring", "ring", "partial sums passed around the ring", any_p, never,
+    {34, K::reduce_scatter_v, "ring", "ring", "partial sums passed around the ring", any_p, never,
      [](const Collective& c, const Operands& o) {
        reduce_scatter_ring(c, o.send, o.recv, o.recv_blocks().counts, o.type, o.op);
      }},
 
-    {34, K::alltoallv, "shm", "shm",
+    {35, K::alltoallv, "shm", "shm",
      "blocks up to 64 KiB through the slots of the host segment, larger ones as messages", any_p,
      always, shm_alltoallv, nullptr, shm_block_table_need},
-    {35, K::alltoallv, "pairwise", "pairwise", "every pair exchanges once, all posted at once",
+    {36, K::alltoallv, "pairwise", "pairwise", "every pair exchanges once, all posted at once",
      any_p, never,
      [](const Collective& c, const Operands& o) {
        alltoallv(c, o.send, o.send_blocks(), o.recv, o.recv_blocks(), o.type);
      }},
 
-    {36, K::gather, "shm", "shm", "the root reads every rank's slot of the host segment", any_p,
+    {37, K::gather, "shm", "shm", "the root reads every rank's slot of the host segment", any_p,
      small_blocks, shm_gather, nullptr, whole},
-    {37, K::gather, "linear", "linear", "the root receives from every rank at once", any_p, never,
+    {38, K::gather, "linear", "linear", "the root receives from every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
        gatherv(c, o.send, o.count, o.recv, o.recv_blocks(), o.type, o.root);
      }},
-    {38, K::gatherv, "shm", "shm",
+    {39, K::gatherv, "shm", "shm",
      "blocks up to 64 KiB through the slots of the host segment, larger ones as messages", any_p,
      always, shm_gatherv, nullptr, nothing},
-    {39, K::gatherv, "linear", "linear", "the root receives from every rank at once", any_p, never,
+    {40, K::gatherv, "linear", "linear", "the root receives from every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
        gatherv(c, o.send, o.count, o.recv, o.recv_blocks(), o.type, o.root);
      }},
-    {40, K::scatter, "shm", "shm", "every rank reads its block from the root's slot", any_p,
+    {41, K::scatter, "shm", "shm", "every rank reads its block from the root's slot", any_p,
      small_blocks, shm_scatter, nullptr, every_block},
-    {41, K::scatter, "linear", "linear", "the root sends to every rank at once", any_p, never,
+    {42, K::scatter, "linear", "linear", "the root sends to every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
        scatterv(c, o.send, o.send_blocks(), o.recv, o.count, o.type, o.root);
      }},
-    {42, K::scatterv, "shm", "shm",
+    {43, K::scatterv, "shm", "shm",
      "blocks up to 64 KiB through the root's slot of the host segment, larger ones as messages",
      any_p, always, shm_scatterv, nullptr, shm_block_table_need},
-    {43, K::scatterv, "linear", "linear", "the root sends to every rank at once", any_p, never,
+    {44, K::scatterv, "linear", "linear", "the root sends to every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
        scatterv(c, o.send, o.send_blocks(), o.recv, o.count, o.type, o.root);
      }},

@@ -492,20 +492,20 @@ void shm_broadcast(const Collective& c, const Operands& o) {
 // out (`read_round`, given where each rank's round i is). Its
 // `second` word says how many rounds' bytes it has consumed: a writer
 // overwrites a round of a window smaller than its stream only once every
-// reader is past it. Every rank publishes `total` (the sizes compared).
+// reader is past it. Every rank q publishes total(q) (the sizes compared).
 // Two copies in user space per byte, where the message algorithms' cross-
 // memory attach makes one in the kernel, page by page, 3-4x slower per byte
 // here.
-template <class WriteRound, class ReadRound>
-void exchange_streaming(const Collective& c, std::size_t total, std::size_t rounds,
+template <class Total, class WriteRound, class ReadRound>
+void exchange_streaming(const Collective& c, Total&& total, std::size_t rounds,
                         std::size_t round_bytes, WriteRound&& write_round, ReadRound&& read_round) {
   shm::Segment& host = *c.host;
   const int p = host.size(), me = host.rank();
   const std::size_t window = stream_window(c, rounds * round_bytes, round_bytes);
   std::byte* slot = begin_slot(c, window);
-  host.publish(c.sequence, total);
+  host.publish(c.sequence, total(me));
   for (int q = 0; q < p; ++q)  // every signature and size compared
-    if (q != me) wait_for_data(c, q, total);
+    if (q != me) wait_for_data(c, q, total(q));
   std::size_t written = 0, consumed = 0;  // rounds
   // The first rank that holds up this rank's next write or read, or -1.
   const auto write_waits_for = [&] {
@@ -567,7 +567,7 @@ void shm_allgather_streaming(const Collective& c, const Operands& o, std::size_t
   const std::byte* own_place = out + static_cast<std::size_t>(me) * block;
   const std::size_t chunk = kStreamChunkBytes;
   exchange_streaming(
-      c, block, chunks_of(block, chunk), chunk,
+      c, [&](int) { return block; }, chunks_of(block, chunk), chunk,
       [&](std::size_t i, std::byte* at) { copy_memory(at, in + i * chunk, chunk_length(block, chunk, i)); },
       [&](std::size_t i, auto&& round_of) {
         const std::size_t n = chunk_length(block, chunk, i);
@@ -587,6 +587,56 @@ void shm_allgather(const Collective& c, const Operands& o) {
   for (int q = 0; q < c.host->size(); ++q)
     copy_memory(out + static_cast<std::size_t>(q) * block, wait_for_data(c, q, block), block);
 }
+
+// Every rank knows every block's size, so all take the same path: while
+// the largest block is at most a chunk, every block through its rank's
+// slot; beyond, all stream through their slots in rounds of a chunk of
+// every block (a block shorter than the largest streams nothing in its
+// last rounds).
+void shm_allgatherv(const Collective& c, const Operands& o) {
+  const int p = c.host->size(), me = c.host->rank();
+  const BlockLayout& blocks = o.recv_blocks();
+  const std::size_t esize = size_of(o.type);
+  std::size_t largest = 0;
+  for (int q = 0; q < p; ++q) largest = std::max(largest, blocks.bytes(q, esize));
+  const auto* in = static_cast<const std::byte*>(o.send);
+  auto* out = static_cast<std::byte*>(o.recv);
+  const std::size_t mine = blocks.bytes(me, esize);
+  const bool in_place = in == out + blocks.offset(me, esize);
+  if (!streams(largest)) {
+    contribute(c, in, mine);
+    for (int q = 0; q < p; ++q) {
+      const std::byte* from = wait_for_data(c, q, blocks.bytes(q, esize));
+      if (q != me) copy_memory(out + blocks.offset(q, esize), from, blocks.bytes(q, esize));
+    }
+    if (!in_place) copy_memory(out + blocks.offset(me, esize), in, mine);
+    return;
+  }
+  const std::size_t chunk = kStreamChunkBytes;
+  if (largest > kMaxStreamedBytes - chunk) {
+    // Beyond what a stream's size word holds: the ring, its call check through the slots.
+    contribute(c, nullptr, 0);
+    check_every_signature(c);
+    return allgatherv(c, o.send, o.recv, blocks, o.type);
+  }
+  exchange_streaming(
+      c, [&](int q) { return blocks.bytes(q, esize); }, chunks_of(largest, chunk), chunk,
+      [&](std::size_t i, std::byte* at) {
+        if (i * chunk < mine) copy_memory(at, in + i * chunk, chunk_length(mine, chunk, i));
+      },
+      [&](std::size_t i, auto&& round_of) {
+        for (int q = 0; q < p; ++q) {
+          const std::size_t block = blocks.bytes(q, esize);
+          if (i * chunk >= block || (q == me && in_place)) continue;
+          std::byte* to = out + blocks.offset(q, esize) + i * chunk;
+          copy_memory(to, q == me ? in + i * chunk : round_of(q), chunk_length(block, chunk, i));
+        }
+      });
+}
+
+// What allgatherv needs of a slot, whatever its blocks: a chunk (its
+// blocks up to a chunk each, or a round of its stream).
+std::size_t shm_allgatherv_need(std::size_t, int) { return kStreamChunkBytes; }
 
 void shm_reduce_scatter(const Collective& c, const Operands& o) {
   const int r = c.host->rank();
@@ -633,7 +683,7 @@ void shm_alltoall_streaming(const Collective& c, const Operands& o, std::size_t 
   };
   const auto at = [&](int q, std::size_t i) { return static_cast<std::size_t>(q) * block + i * chunk; };
   exchange_streaming(
-      c, block * static_cast<std::size_t>(p), chunks_of(block, chunk),
+      c, [&](int) { return block * static_cast<std::size_t>(p); }, chunks_of(block, chunk),
       chunk * static_cast<std::size_t>(p - 1),
       [&](std::size_t i, std::byte* round) {
         for (int q = 0; q < p; ++q)

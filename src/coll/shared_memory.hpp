@@ -100,6 +100,11 @@ void shm_scatter(const Collective& c, const Operands& o);
 // goes through its writer's slot, a larger one as a message. Scatterv's
 // root and every alltoallv rank put a table of their p block sizes first
 // (shm_block_table_need(): what they need of a slot at least).
+// Allgatherv, whose block sizes every rank knows, goes all through the
+// segment: every block through its rank's slot while the largest is at
+// most 64 KiB, else all streamed in rounds of 64 KiB of every block.
+void shm_allgatherv(const Collective& c, const Operands& o);
+std::size_t shm_allgatherv_need(std::size_t bytes, int p);
 void shm_gatherv(const Collective& c, const Operands& o);
 void shm_scatterv(const Collective& c, const Operands& o);
 void shm_alltoallv(const Collective& c, const Operands& o);

@@ -413,7 +413,7 @@ TEST(Collectives, GathervAndScattervMoveUnevenBlocks) {
 // Through the host segment, the v-forms whose sizes only a block's two
 // ends know send each block by its own size: up to 64 KiB through the
 // writer's slot, larger ones as messages. One call mixes both, and blocks
-// of nothing.
+// of nothing. Allgatherv streams them all.
 TEST(Collectives, VFormsThroughTheSegmentMixSlotAndMessageBlocks) {
   const NoProbe no_probe;
   const int p = 3;
@@ -426,7 +426,7 @@ TEST(Collectives, VFormsThroughTheSegmentMixSlotAndMessageBlocks) {
   expect_ok(run_ranks(p, [&](Communicator& comm) {
     const int r = comm.rank();
     for (const auto kind : {coll::CollectiveKind::gatherv, coll::CollectiveKind::scatterv,
-                            coll::CollectiveKind::alltoallv})
+                            coll::CollectiveKind::alltoallv, coll::CollectiveKind::allgatherv})
       require(CommunicatorAccess::engine(comm).choose(kind, "", 8).row->name == "shm",
               "the v-forms run through the segment");
     auto block_of = [&](int from, int to) {
@@ -471,6 +471,18 @@ TEST(Collectives, VFormsThroughTheSegmentMixSlotAndMessageBlocks) {
     Bytes recv(want.size(), std::byte{0x5a});
     comm.alltoallv(send.data(), send_counts, send_displs, recv.data(), recv_counts, {}, type);
     require(recv == want, "alltoallv");
+    // allgatherv, whose sizes every rank knows: streamed, as its largest
+    // block is above 64 KiB, beside an 8-byte and an empty one.
+    std::vector<std::size_t> counts(p);
+    for (int j = 0; j < p; ++j) counts[j] = count(j, 0);
+    Bytes all;
+    for (int j = 0; j < p; ++j) {
+      const Bytes b = block_of(j, 0);
+      all.insert(all.end(), b.begin(), b.end());
+    }
+    Bytes gathered(all.size(), std::byte{0x5a});
+    comm.allgatherv(block_of(r, 0).data(), gathered.data(), counts, {}, type);
+    require(gathered == all, "allgatherv");
   }), "v-forms through the segment");
 }
 
