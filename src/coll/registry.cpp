@@ -330,49 +330,52 @@ constexpr AlgorithmRow kRows[] = {
        allgatherv(c, o.send, o.recv, o.recv_blocks(), o.type);
      }},
 
-    {33, K::reduce_scatter_v, "recursive_halving", "recursive_halving",
+    {33, K::reduce_scatter_v, "shm", "shm",
+     "every rank reduces its block from all slots of the host segment", any_p,
+     shm_reduce_scatter_preferred, shm_reduce_scatter_v, nullptr, whole},
+    {34, K::reduce_scatter_v, "recursive_halving", "recursive_halving",
      "recursive halving: log2 p steps (p a power of two)", power_of_two,
      reduce_scatter_halving_preferred,
      [](const Collective& c, const Operands& o) {
        reduce_scatter_halving(c, o.send, o.recv, o.recv_blocks().counts, o.type, o.op);
      }},
-    {34, K::reduce_scatter_v, "ring", "ring", "partial sums passed around the ring", any_p, never,
+    {35, K::reduce_scatter_v, "ring", "ring", "partial sums passed around the ring", any_p, never,
      [](const Collective& c, const Operands& o) {
        reduce_scatter_ring(c, o.send, o.recv, o.recv_blocks().counts, o.type, o.op);
      }},
 
-    {35, K::alltoallv, "shm", "shm",
+    {36, K::alltoallv, "shm", "shm",
      "blocks up to 64 KiB through the slots of the host segment, larger ones as messages", any_p,
      always, shm_alltoallv, nullptr, shm_block_table_need},
-    {36, K::alltoallv, "pairwise", "pairwise", "every pair exchanges once, all posted at once",
+    {37, K::alltoallv, "pairwise", "pairwise", "every pair exchanges once, all posted at once",
      any_p, never,
      [](const Collective& c, const Operands& o) {
        alltoallv(c, o.send, o.send_blocks(), o.recv, o.recv_blocks(), o.type);
      }},
 
-    {37, K::gather, "shm", "shm", "the root reads every rank's slot of the host segment", any_p,
+    {38, K::gather, "shm", "shm", "the root reads every rank's slot of the host segment", any_p,
      small_blocks, shm_gather, nullptr, whole},
-    {38, K::gather, "linear", "linear", "the root receives from every rank at once", any_p, never,
+    {39, K::gather, "linear", "linear", "the root receives from every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
        gatherv(c, o.send, o.count, o.recv, o.recv_blocks(), o.type, o.root);
      }},
-    {39, K::gatherv, "shm", "shm",
+    {40, K::gatherv, "shm", "shm",
      "blocks up to 64 KiB through the slots of the host segment, larger ones as messages", any_p,
      always, shm_gatherv, nullptr, nothing},
-    {40, K::gatherv, "linear", "linear", "the root receives from every rank at once", any_p, never,
+    {41, K::gatherv, "linear", "linear", "the root receives from every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
        gatherv(c, o.send, o.count, o.recv, o.recv_blocks(), o.type, o.root);
      }},
-    {41, K::scatter, "shm", "shm", "every rank reads its block from the root's slot", any_p,
+    {42, K::scatter, "shm", "shm", "every rank reads its block from the root's slot", any_p,
      small_blocks, shm_scatter, nullptr, every_block},
-    {42, K::scatter, "linear", "linear", "the root sends to every rank at once", any_p, never,
+    {43, K::scatter, "linear", "linear", "the root sends to every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
        scatterv(c, o.send, o.send_blocks(), o.recv, o.count, o.type, o.root);
      }},
-    {43, K::scatterv, "shm", "shm",
+    {44, K::scatterv, "shm", "shm",
      "blocks up to 64 KiB through the root's slot of the host segment, larger ones as messages",
      any_p, always, shm_scatterv, nullptr, shm_block_table_need},
-    {44, K::scatterv, "linear", "linear", "the root sends to every rank at once", any_p, never,
+    {45, K::scatterv, "linear", "linear", "the root sends to every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
        scatterv(c, o.send, o.send_blocks(), o.recv, o.count, o.type, o.root);
      }},

@@ -638,11 +638,12 @@ void shm_allgatherv(const Collective& c, const Operands& o) {
 // blocks up to a chunk each, or a round of its stream).
 std::size_t shm_allgatherv_need(std::size_t, int) { return kStreamChunkBytes; }
 
-void shm_reduce_scatter(const Collective& c, const Operands& o) {
+// Reduce-scatter of an input of `total` bytes (in every slot alike) in
+// which this rank's block is `count` elements from byte `mine`.
+void reduce_scatter_through_slots(const Collective& c, const Operands& o, std::size_t mine,
+                                  std::size_t count, std::size_t total) {
   const int r = c.host->rank();
-  const std::size_t block = bytes_of(o.count, o.type);
-  const std::size_t total = block * static_cast<std::size_t>(c.host->size());
-  const std::size_t mine = block * static_cast<std::size_t>(r);
+  const std::size_t block = bytes_of(count, o.type);
   // This rank's own block only it reads: reduced from where it is, as
   // two-shot's own chunk, unless in place on a rank above 1, where recv
   // (its own block) is written before its turn in the rank order.
@@ -650,13 +651,28 @@ void shm_reduce_scatter(const Collective& c, const Operands& o) {
   const bool own_from_input = o.recv != in + mine || r < 2;
   if (!own_from_input) {
     contribute(c, o.send, total);
-    return reduce_slots(c, o.recv, mine, o.count, total, o.type, o.op);
+    return reduce_slots(c, o.recv, mine, count, total, o.type, o.op);
   }
   std::byte* slot = begin_slot(c, total);
   copy_memory(slot, in, mine);
   copy_memory(slot + mine + block, in + mine + block, total - mine - block);
   c.host->publish(c.sequence, total);
-  reduce_slots(c, o.recv, mine, o.count, total, o.type, o.op, in + mine);
+  reduce_slots(c, o.recv, mine, count, total, o.type, o.op, in + mine);
+}
+
+void shm_reduce_scatter(const Collective& c, const Operands& o) {
+  const std::size_t block = bytes_of(o.count, o.type);
+  const auto ranks = static_cast<std::size_t>(c.host->size());
+  reduce_scatter_through_slots(c, o, block * static_cast<std::size_t>(c.host->rank()), o.count,
+                               block * ranks);
+}
+
+// Its count is the whole input's (every rank's alike), its blocks packed.
+void shm_reduce_scatter_v(const Collective& c, const Operands& o) {
+  const BlockLayout& blocks = o.recv_blocks();
+  const int me = c.host->rank();
+  reduce_scatter_through_slots(c, o, blocks.offset(me, size_of(o.type)),
+                               blocks.counts[static_cast<std::size_t>(me)], bytes_of(o.count, o.type));
 }
 
 // Alltoall's chunk when streamed: 64 KiB, less when p - 1 of them do not

@@ -89,6 +89,7 @@ void shm_reduce(const Collective& c, const Operands& o);
 std::size_t shm_streamed_need(std::size_t bytes, int p);
 void shm_allgather(const Collective& c, const Operands& o);
 void shm_reduce_scatter(const Collective& c, const Operands& o);
+void shm_reduce_scatter_v(const Collective& c, const Operands& o);
 void shm_alltoall(const Collective& c, const Operands& o);
 // What alltoall needs of a slot for blocks of `block` bytes: all p blocks
 // while they are small, else one round of its stream.

@@ -277,7 +277,11 @@ std::size_t largest_fitting_count(Communicator& comm, const AlgorithmRow& row) {
   const int p = comm.size();
   auto fits = [&](std::size_t count) {
     coll::Operands shape;
-    shape.count = count;
+    // reduce_scatter_v's count is its whole input's: check_once() gives
+    // rank j count + j % 2 elements.
+    shape.count = row.kind == CollectiveKind::reduce_scatter_v
+                      ? count * static_cast<std::size_t>(p) + static_cast<std::size_t>(p / 2)
+                      : count;
     shape.type = DataType::float32;
     return need(coll::choice_bytes(row.kind, shape, p), p) <= slot;
   };
