@@ -182,6 +182,14 @@ void allreduce(const Collective& c, const Operands& o) {
   Algorithm(c, o.send, o.recv, o.count, o.type, o.op);
 }
 
+// Gather's and scatter's p blocks of `count` at the root (none elsewhere):
+// made by the rows that need them, since a call carries layouts only for
+// the v-forms (three allocations a call, which the segment's rows never read).
+BlockLayout uniform_at_root(const Collective& c, const Operands& o) {
+  return c.transport.rank() == o.root ? BlockLayout::uniform(c.transport.size(), o.count)
+                                      : BlockLayout{};
+}
+
 std::vector<std::size_t> equal_counts(const Collective& c, std::size_t count) {
   return std::vector<std::size_t>(static_cast<std::size_t>(c.transport.size()), count);
 }
@@ -357,7 +365,7 @@ constexpr AlgorithmRow kRows[] = {
      small_blocks, shm_gather, nullptr, whole},
     {39, K::gather, "linear", "linear", "the root receives from every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
-       gatherv(c, o.send, o.count, o.recv, o.recv_blocks(), o.type, o.root);
+       gatherv(c, o.send, o.count, o.recv, uniform_at_root(c, o), o.type, o.root);
      }},
     {40, K::gatherv, "shm", "shm",
      "blocks up to 64 KiB through the slots of the host segment, larger ones as messages", any_p,
@@ -370,7 +378,7 @@ constexpr AlgorithmRow kRows[] = {
      small_blocks, shm_scatter, nullptr, every_block},
     {43, K::scatter, "linear", "linear", "the root sends to every rank at once", any_p, never,
      [](const Collective& c, const Operands& o) {
-       scatterv(c, o.send, o.send_blocks(), o.recv, o.count, o.type, o.root);
+       scatterv(c, o.send, uniform_at_root(c, o), o.recv, o.count, o.type, o.root);
      }},
     {44, K::scatterv, "shm", "shm",
      "blocks up to 64 KiB through the root's slot of the host segment, larger ones as messages",

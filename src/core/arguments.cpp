@@ -117,27 +117,28 @@ void check_arguments(coll::CollectiveKind kind, const CallArgs& a, int me, int p
   // (send): equal blocks of count, or as counts and displs say; the root's
   // own block must be `count` elements, and its other buffer (`own`) is
   // that block (in place) or apart from them all.
+  // `blocks`: where a v-form's layout goes; null for the uniform forms,
+  // whose layout is not made (their rows need none, or make it: registry.cpp).
   auto root_blocks = [&](const void* whole, const char* whole_name, const void* own,
                          const char* own_name, std::span<const std::size_t> counts,
                          std::span<const std::size_t> displs, const char* counts_name,
-                         const char* displs_name, bool equal) {
+                         const char* displs_name, BlockLayout* blocks) {
     std::size_t extent = all;
-    BlockLayout blocks = equal ? BlockLayout::uniform(p, a.count)
-                               : layout(counts, displs, counts_name, displs_name, extent);
+    if (blocks != nullptr) *blocks = layout(counts, displs, counts_name, displs_name, extent);
     // (Checked here rather than by need() and slot_or_apart(): their
     // messages are formatted only when thrown, not on every call.)
     if (extent > 0 && whole == nullptr)
       throw bad(fmt::format("{} buffer (at the root) is null but holds {} bytes", whole_name, extent));
-    const std::size_t root_count = blocks.counts[static_cast<std::size_t>(me)];
+    const std::size_t root_count = blocks ? blocks->counts[static_cast<std::size_t>(me)] : a.count;
     if (root_count != a.count)
       throw bad(fmt::format("the root's own block is {} elements ({}[{}]) but its {} count is {}",
                             root_count, counts_name, me, own_name, a.count));
-    const auto* slot = static_cast<const std::byte*>(whole) + blocks.offset(me, esize);
+    const auto* slot = static_cast<const std::byte*>(whole) +
+                       (blocks ? blocks->offset(me, esize) : block * static_cast<std::size_t>(me));
     if (own != slot && overlaps(own, block, whole, extent))
       throw bad(fmt::format("{} overlaps {} without being the root's block of it (in place "
                             "means {} == {} + the root's displacement)",
                             own_name, whole_name, own_name, whole_name));
-    return blocks;
   };
   // The v-forms' layouts, made only for them.
   std::shared_ptr<coll::VFormLayouts> v_forms;
@@ -234,16 +235,16 @@ void check_arguments(coll::CollectiveKind kind, const CallArgs& a, int me, int p
     case CollectiveKind::gatherv:
       need(a.send, "send buffer", block);
       if (at_root)
-        layouts().recv_blocks = root_blocks(a.recv, "recv", a.send, "send", a.recv_counts, a.recv_displs,
-                                       "recv_counts", "recv_displs", kind == CollectiveKind::gather);
+        root_blocks(a.recv, "recv", a.send, "send", a.recv_counts, a.recv_displs, "recv_counts",
+                    "recv_displs", kind == CollectiveKind::gather ? nullptr : &layouts().recv_blocks);
       if (kind == CollectiveKind::gatherv) signature.count = 0;  // checked message by message
       break;
     case CollectiveKind::scatter:
     case CollectiveKind::scatterv:
       need(a.recv, "recv buffer", block);
       if (at_root)
-        layouts().send_blocks = root_blocks(a.send, "send", a.recv, "recv", a.send_counts, a.send_displs,
-                                       "send_counts", "send_displs", kind == CollectiveKind::scatter);
+        root_blocks(a.send, "send", a.recv, "recv", a.send_counts, a.send_displs, "send_counts",
+                    "send_displs", kind == CollectiveKind::scatter ? nullptr : &layouts().send_blocks);
       if (kind == CollectiveKind::scatterv) signature.count = 0;  // checked message by message
       break;
     case CollectiveKind::barrier:
