@@ -737,14 +737,17 @@ void shm_alltoall(const Collective& c, const Operands& o) {
 
 void shm_gather(const Collective& c, const Operands& o) {
   const std::size_t block = bytes_of(o.count, o.type);
-  contribute(c, o.send, block);
-  if (c.host->rank() == o.root) {
-    fetch_ahead_from_all(c, block);
-    auto* out = static_cast<std::byte*>(o.recv);
-    for (int q = 0; q < c.host->size(); ++q)
-      copy_memory(out + static_cast<std::size_t>(q) * block, wait_for_data(c, q, block), block);
-  }
-  // As a reduce's: the root compared every signature, the others do later.
+  const int me = c.host->rank();
+  // As a reduce's: the root compares every signature, the others do later.
+  if (me != o.root) return contribute(c, o.send, block);
+  // Nobody reads the root's block: it goes from its input to its place.
+  contribute(c, nullptr, 0);
+  fetch_ahead_from_all(c, block);
+  auto* out = static_cast<std::byte*>(o.recv);
+  for (int q = 0; q < c.host->size(); ++q)
+    if (q != me) copy_memory(out + static_cast<std::size_t>(q) * block, wait_for_data(c, q, block), block);
+  std::byte* own = out + static_cast<std::size_t>(me) * block;
+  if (own != o.send) copy_memory(own, o.send, block);  // else in place
 }
 
 void shm_scatter(const Collective& c, const Operands& o) {
