@@ -306,11 +306,34 @@ TEST(Collectives, ReduceScatterVGivesEachRankItsUnevenBlock) {
     }), "reduce_scatter_v p=" + std::to_string(p));
 }
 
+// One alltoallv in which rank `from` sends `count(from, to)` elements,
+// `block_of(from, to)`, to rank `to` (send blocks in reverse order, recv
+// back to back); whether this rank received what the others sent it.
+template <class Count, class Block>
+bool run_alltoallv(Communicator& comm, DataType type, Count&& count, Block&& block_of) {
+  const int r = comm.rank(), p = comm.size();
+  std::vector<std::size_t> send_counts, recv_counts;
+  for (int j = 0; j < p; ++j) {
+    send_counts.push_back(count(r, j));
+    recv_counts.push_back(count(j, r));
+  }
+  std::size_t send_extent = 0;
+  const auto send_displs = reversed_displs(send_counts, send_extent);
+  Bytes send(send_extent * size_of(type)), want;
+  for (int j = 0; j < p; ++j) {
+    place(send, block_of(r, j), send_displs[j], type);
+    const Bytes in = block_of(j, r);
+    want.insert(want.end(), in.begin(), in.end());
+  }
+  Bytes recv(want.size(), std::byte{0x5a});
+  comm.alltoallv(send.data(), send_counts, send_displs, recv.data(), recv_counts, {}, type);
+  return recv == want;
+}
+
 TEST(Collectives, AlltoallvDeliversEachPairsOwnCount) {
   const NoProbe no_probe;
   for (int p : kRanks)
     expect_ok(run_ranks(p, [&](Communicator& comm) {
-      const int r = comm.rank();
       for (std::size_t scale : kScales)
         for (DataType type : all_types()) {
           if (!covered(scale, type)) continue;
@@ -320,22 +343,7 @@ TEST(Collectives, AlltoallvDeliversEachPairsOwnCount) {
           auto block_of = [&](int from, int to) {
             return values(type, from, count(from, to), ReduceOp::sum, static_cast<std::size_t>(to) * 13);
           };
-          std::vector<std::size_t> send_counts, recv_counts;
-          for (int j = 0; j < p; ++j) {
-            send_counts.push_back(count(r, j));
-            recv_counts.push_back(count(j, r));
-          }
-          std::size_t send_extent = 0;
-          const auto send_displs = reversed_displs(send_counts, send_extent);
-          Bytes send(send_extent * size_of(type)), want;
-          for (int j = 0; j < p; ++j) {
-            place(send, block_of(r, j), send_displs[j], type);
-            const Bytes in = block_of(j, r);
-            want.insert(want.end(), in.begin(), in.end());
-          }
-          Bytes recv(want.size(), std::byte{0x5a});
-          comm.alltoallv(send.data(), send_counts, send_displs, recv.data(), recv_counts, {}, type);
-          require(recv == want, label("alltoallv", p, scale, type));
+          require(run_alltoallv(comm, type, count, block_of), label("alltoallv", p, scale, type));
         }
     }), "alltoallv p=" + std::to_string(p));
 }
@@ -455,22 +463,7 @@ TEST(Collectives, VFormsThroughTheSegmentMixSlotAndMessageBlocks) {
       require(got == mine, "scatterv root=" + std::to_string(root));
     }
     // alltoallv: every pair's own size, both ways.
-    std::vector<std::size_t> send_counts, recv_counts;
-    for (int j = 0; j < p; ++j) {
-      send_counts.push_back(count(r, j));
-      recv_counts.push_back(count(j, r));
-    }
-    std::size_t send_extent = 0;
-    const auto send_displs = reversed_displs(send_counts, send_extent);
-    Bytes send(send_extent * size_of(type)), want;
-    for (int j = 0; j < p; ++j) {
-      place(send, block_of(r, j), send_displs[j], type);
-      const Bytes in = block_of(j, r);
-      want.insert(want.end(), in.begin(), in.end());
-    }
-    Bytes recv(want.size(), std::byte{0x5a});
-    comm.alltoallv(send.data(), send_counts, send_displs, recv.data(), recv_counts, {}, type);
-    require(recv == want, "alltoallv");
+    require(run_alltoallv(comm, type, count, block_of), "alltoallv");
     // allgatherv, whose sizes every rank knows: streamed, as its largest
     // block is above 64 KiB, beside an 8-byte and an empty one.
     std::vector<std::size_t> counts(p);
