@@ -133,13 +133,21 @@ void check_every_signature(const Collective& c) {
   if (!seen.agree()) throw mismatch_error(c.sequence, seen, algorithm_name);
 }
 
+// `rank`'s slot once it holds this call, its signature compared with this
+// rank's (one that differs ends the call with the mismatch named).
+// `data_bytes`: as wait_for_slot()'s.
+const shm::SlotHeader& wait_for_call(const Collective& c, int rank, std::size_t data_bytes = 0) {
+  const shm::SlotHeader& header = wait_for_slot(c, rank, data_bytes);
+  if (c.signature != nullptr && !c.host->signature_is(rank, c.sequence, c.signature))
+    check_every_signature(c);
+  return header;
+}
+
 // `rank`'s data for this call, which must be `bytes` long. A signature that
 // differs (or, with the check off, a size that does) ends the call with
 // the mismatch named.
 const std::byte* wait_for_data(const Collective& c, int rank, std::size_t bytes) {
-  const shm::SlotHeader& header = wait_for_slot(c, rank, rank == c.host->rank() ? 0 : bytes);
-  if (c.signature != nullptr && !c.host->signature_is(rank, c.sequence, c.signature))
-    check_every_signature(c);
+  const shm::SlotHeader& header = wait_for_call(c, rank, rank == c.host->rank() ? 0 : bytes);
   if (header.bytes() != bytes)
     throw Error(ErrorCode::mismatched_collective,
                 fmt::format("rank {}: rank {} wrote {} bytes into its shared-memory slot for call "
@@ -214,11 +222,7 @@ void contribute_streaming(const Collective& c, const void* source, std::size_t b
     const std::size_t n = std::min(kStreamChunkBytes, bytes - at);
     if (at + n > window) {
       readers([&](int q) {
-        if (!readers_checked) {
-          wait_for_slot(c, q);
-          if (c.signature != nullptr && !c.host->signature_is(q, c.sequence, c.signature))
-            check_every_signature(c);
-        }
+        if (!readers_checked) wait_for_call(c, q);
         wait_streamed(c, q, at + n - window);
       });
       readers_checked = true;
@@ -782,15 +786,20 @@ namespace {
 
 std::size_t block_table_bytes(int p) { return (static_cast<std::size_t>(p) * 4 + 7) / 8 * 8; }
 
-// The largest block that goes through the slot of a rank writing `writers`
-// blocks (beside their table when several): at most a stream chunk (from
-// there the kernel's one copy beat two copies through the slot:
-// small_blocks()), and so that every block of that size fits the slot.
-std::size_t block_limit(const Collective& c, int writes) {
-  const std::size_t table = writes > 1 ? block_table_bytes(c.host->size()) : 0;
+// The largest block that goes through the slot of a rank writing
+// `blocks_written` blocks (beside their table when several): at most a
+// stream chunk (from there the kernel's one copy beat two copies through
+// the slot: small_blocks()), and so that every block of that size fits.
+std::size_t block_limit(const Collective& c, int blocks_written) {
+  const std::size_t table = blocks_written > 1 ? block_table_bytes(c.host->size()) : 0;
   const std::size_t room = std::max(c.host->slot_bytes(), shm::kEntryDataBytes) - table;
-  return std::min(kStreamChunkBytes, room / static_cast<std::size_t>(std::max(writes, 1)));
+  return std::min(kStreamChunkBytes, room / static_cast<std::size_t>(std::max(blocks_written, 1)));
 }
+
+// The size a block sent as a message declares in its writer's slot, for its
+// reader to compare: its own, up to what the slot's size word holds (the
+// message's receive checks the rest).
+std::size_t declared_size(std::size_t bytes) { return std::min(bytes, kMaxStreamedBytes); }
 
 // Writes this rank's table and the blocks of `in` (laid out by `blocks`, of
 // `esize`-byte elements) for every other rank that go through its slot, and
@@ -870,7 +879,7 @@ void shm_gatherv(const Collective& c, const Operands& o) {
     if (bytes <= limit) return contribute(c, o.send, bytes);
     // Its size in the slot (the root compares it), its bytes as a message.
     begin_slot(c, 0);
-    c.host->publish(c.sequence, bytes);
+    c.host->publish(c.sequence, declared_size(bytes));
     c.wait(*c.transport.isend(o.root, block_tag(c), o.send, bytes));
     return;  // As a reduce's: the root compared every signature, the others do later.
   }
@@ -882,7 +891,8 @@ void shm_gatherv(const Collective& c, const Operands& o) {
   for (int q = 0; q < p; ++q) {
     if (q == me) continue;
     const std::size_t bytes = blocks.bytes(q, esize);
-    const std::byte* from = wait_for_data(c, q, bytes);  // the signature and the size compared
+    // The signature and the size compared, for a message block too.
+    const std::byte* from = wait_for_data(c, q, bytes <= limit ? bytes : declared_size(bytes));
     if (bytes <= limit) copy_memory(out + blocks.offset(q, esize), from, bytes);
     else receives.push_back(c.transport.irecv(q, block_tag(c), out + blocks.offset(q, esize), bytes));
   }
@@ -912,9 +922,7 @@ void shm_scatterv(const Collective& c, const Operands& o) {
   const std::size_t bytes = o.count * esize;
   contribute(c, nullptr, 0);
   fetch_ahead(c, o.root, 0);
-  wait_for_slot(c, o.root);
-  if (c.signature != nullptr && !c.host->signature_is(o.root, c.sequence, c.signature))
-    check_every_signature(c);
+  wait_for_call(c, o.root);
   if (const std::byte* from = find_block(c, o.root, bytes, esize, limit, "recv_count"))
     return copy_memory(o.recv, from, bytes);
   wait_whole(c, *c.transport.irecv(o.root, block_tag(c), o.recv, bytes), esize, "recv_count");
@@ -940,9 +948,7 @@ void shm_alltoallv(const Collective& c, const Operands& o) {
   for (int q = 0; q < p; ++q) {
     if (q == me) continue;
     const std::size_t bytes = receives.bytes(q, esize);
-    wait_for_slot(c, q);
-    if (c.signature != nullptr && !c.host->signature_is(q, c.sequence, c.signature))
-      check_every_signature(c);
+    wait_for_call(c, q);
     if (const std::byte* from = find_block(c, q, bytes, esize, limit, "recv_counts"))
       copy_memory(out + receives.offset(q, esize), from, bytes);
   }
