@@ -76,19 +76,24 @@ void check_arguments(coll::CollectiveKind kind, const CallArgs& a, int me, int p
                            std::size_t whole_bytes, const void* slot, const char* rule) {
     if (part != slot && overlaps(part, part_bytes, whole, whole_bytes)) throw bad(rule);
   };
-  // A v-form's counts and displacements: p entries each (no displacements:
-  // blocks back to back); sets `extent` to the bytes the blocks span.
-  auto layout = [&](std::span<const std::size_t> counts, std::span<const std::size_t> displs,
-                    const char* counts_name, const char* displs_name, std::size_t& extent) {
+  // A v-form's counts and displacements into `blocks`: p entries each (no
+  // displacements: blocks back to back); sets `extent` to the bytes the
+  // blocks span. Assigned in place: a reused layout keeps its vectors.
+  auto layout = [&](BlockLayout& blocks, std::span<const std::size_t> counts,
+                    std::span<const std::size_t> displs, const char* counts_name,
+                    const char* displs_name, std::size_t& extent) {
     if (counts.size() != ranks)
       throw bad(fmt::format("{} has {} entries for {} ranks", counts_name, counts.size(), p));
     if (!displs.empty() && displs.size() != ranks)
       throw bad(fmt::format("{} has {} entries for {} ranks (or give none: blocks back to back)",
                             displs_name, displs.size(), p));
-    BlockLayout blocks = displs.empty() ? BlockLayout::packed(counts) : BlockLayout{};
+    blocks.counts.assign(counts.begin(), counts.end());
     if (!displs.empty()) {
-      blocks.counts.assign(counts.begin(), counts.end());
       blocks.displs.assign(displs.begin(), displs.end());
+    } else {
+      blocks.displs.resize(ranks);
+      std::size_t next = 0;  // (an overflow is refused below, by the counts)
+      for (std::size_t j = 0; j < ranks; ++j) blocks.displs[j] = next, next += counts[j];
     }
     extent = 0;
     std::size_t total = 0;
@@ -100,7 +105,6 @@ void check_arguments(coll::CollectiveKind kind, const CallArgs& a, int me, int p
       total += n;
       if (n > 0) extent = std::max(extent, (at + n) * esize);
     }
-    return blocks;
   };
   // Ranks must pass the same counts to allgatherv and reduce_scatter_v: the
   // call check compares their hash.
@@ -124,7 +128,7 @@ void check_arguments(coll::CollectiveKind kind, const CallArgs& a, int me, int p
                          std::span<const std::size_t> displs, const char* counts_name,
                          const char* displs_name, BlockLayout* blocks) {
     std::size_t extent = all;
-    if (blocks != nullptr) *blocks = layout(counts, displs, counts_name, displs_name, extent);
+    if (blocks != nullptr) layout(*blocks, counts, displs, counts_name, displs_name, extent);
     // (Checked here rather than by need() and slot_or_apart(): their
     // messages are formatted only when thrown, not on every call.)
     if (extent > 0 && whole == nullptr)
@@ -140,10 +144,24 @@ void check_arguments(coll::CollectiveKind kind, const CallArgs& a, int me, int p
                             "means {} == {} + the root's displacement)",
                             own_name, whole_name, own_name, whole_name));
   };
-  // The v-forms' layouts, made only for them.
+  // The v-forms' layouts, made only for them: this thread's last ones
+  // again when its call is over (their vectors' memory with them: a small
+  // v-form call made five allocations for them), else new. Only this
+  // thread ever holds them: an async call's queue entry takes a copy of
+  // its own (Impl::submit_async), so a use count of 1 means the last call
+  // is done with them.
   std::shared_ptr<coll::VFormLayouts> v_forms;
   auto layouts = [&]() -> coll::VFormLayouts& {
-    if (!v_forms) v_forms = std::make_shared<coll::VFormLayouts>();
+    if (!v_forms) {
+      thread_local std::shared_ptr<coll::VFormLayouts> spare;
+      if (spare && spare.use_count() == 1) {
+        for (BlockLayout* b : {&spare->send_blocks, &spare->recv_blocks})
+          b->counts.clear(), b->displs.clear();
+      } else {
+        spare = std::make_shared<coll::VFormLayouts>();
+      }
+      v_forms = spare;
+    }
     return *v_forms;
   };
   const auto* send_bytes = static_cast<const std::byte*>(a.send);
@@ -178,7 +196,7 @@ void check_arguments(coll::CollectiveKind kind, const CallArgs& a, int me, int p
       break;
     case CollectiveKind::allgatherv: {
       std::size_t extent = 0;
-      layouts().recv_blocks = layout(a.recv_counts, a.recv_displs, "recv_counts", "recv_displs", extent);
+      layout(layouts().recv_blocks, a.recv_counts, a.recv_displs, "recv_counts", "recv_displs", extent);
       const std::size_t mine = layouts().recv_blocks.bytes(me, esize);
       need(a.send, "send buffer", mine);
       need(a.recv, "recv buffer", extent);
@@ -198,7 +216,7 @@ void check_arguments(coll::CollectiveKind kind, const CallArgs& a, int me, int p
       break;
     case CollectiveKind::reduce_scatter_v: {
       std::size_t extent = 0;
-      layouts().recv_blocks = layout(a.recv_counts, {}, "recv_counts", "", extent);
+      layout(layouts().recv_blocks, a.recv_counts, {}, "recv_counts", "", extent);
       const std::size_t mine = layouts().recv_blocks.bytes(me, esize);
       need(a.send, "send buffer", extent);
       need(a.recv, "recv buffer", mine);
@@ -216,8 +234,8 @@ void check_arguments(coll::CollectiveKind kind, const CallArgs& a, int me, int p
       break;
     case CollectiveKind::alltoallv: {
       std::size_t send_extent = 0, recv_extent = 0;
-      layouts().send_blocks = layout(a.send_counts, a.send_displs, "send_counts", "send_displs", send_extent);
-      layouts().recv_blocks = layout(a.recv_counts, a.recv_displs, "recv_counts", "recv_displs", recv_extent);
+      layout(layouts().send_blocks, a.send_counts, a.send_displs, "send_counts", "send_displs", send_extent);
+      layout(layouts().recv_blocks, a.recv_counts, a.recv_displs, "recv_counts", "recv_displs", recv_extent);
       need(a.send, "send buffer", send_extent);
       need(a.recv, "recv buffer", recv_extent);
       if (overlaps(a.send, send_extent, a.recv, recv_extent)) throw bad("send and recv buffers overlap");

@@ -566,10 +566,15 @@ Work Communicator::Impl::submit_async(const core::Call& call) {
     return Work(state);
   }
   state->queue_access = queue_access;
+  core::Call entry = call;
+  // The v-forms' layouts of its own: the calling thread reuses its
+  // (core::check_arguments), and another thread runs this one.
+  if (entry.operands.layouts)
+    entry.operands.layouts = std::make_shared<coll::VFormLayouts>(*entry.operands.layouts);
   {
     std::lock_guard queue_lock(queue_mutex);
     start_worker();
-    queue.emplace_back(call, state);
+    queue.emplace_back(std::move(entry), state);
     queued.store(queue.size());
   }
   queue_cv.notify_all();

@@ -307,6 +307,20 @@ int allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* r
       [recv, send] { recv.unpack(); });
 }
 
+// A v-form's block sizes and offsets as Chorus takes them (`side`: 0 or 1,
+// one pair per side of a call), in vectors this thread keeps: a small call
+// allocates nothing for them. Valid until this thread's next call of it
+// with the same side.
+struct BlockArrays {
+  std::span<const std::size_t> bytes, offsets;
+};
+BlockArrays block_arrays(const Staged& staged, int side) {
+  thread_local std::vector<std::size_t> bytes[2], offsets[2];
+  staged.all_block_bytes(bytes[side]);
+  staged.all_block_offsets(offsets[side]);
+  return {bytes[side], offsets[side]};
+}
+
 int allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
                const int* recvcounts, const int* displs, MPI_Datatype recvtype, MPI_Comm comm) {
   auto& it = interposer();
@@ -337,8 +351,8 @@ int allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* 
       send.pack();
       mine = send.data();
     }
-    taken.chorus->allgatherv(mine, recv.data(), recv.all_block_bytes(), recv.all_block_offsets(),
-                             kBytes);
+    const BlockArrays blocks = block_arrays(recv, 0);
+    taken.chorus->allgatherv(mine, recv.data(), blocks.bytes, blocks.offsets, kBytes);
     recv.unpack();
   });
 }
@@ -405,8 +419,9 @@ int alltoallv(const void* sendbuf, const int* sendcounts, const int* sdispls,
             ? Staged(recvbuf, recvcounts, rdispls, p, recvtype, copied(taken.info))
             : Staged(const_cast<void*>(sendbuf), sendcounts, sdispls, p, sendtype, send_info);
     send.pack();
-    taken.chorus->alltoallv(send.data(), send.all_block_bytes(), send.all_block_offsets(),
-                            recv.data(), recv.all_block_bytes(), recv.all_block_offsets(), kBytes);
+    const BlockArrays sends = block_arrays(send, 0), receives = block_arrays(recv, 1);
+    taken.chorus->alltoallv(send.data(), sends.bytes, sends.offsets, recv.data(), receives.bytes,
+                            receives.offsets, kBytes);
     recv.unpack();
   });
 }
@@ -456,11 +471,12 @@ int gather(Collective which, const void* sendbuf, int sendcount, MPI_Datatype se
       recv.pack(me);
     }
     const std::size_t my_bytes = uses_send ? send.bytes() : recv.block_bytes(me);
-    if (which == kGatherv)
-      taken.chorus->gatherv(mine, my_bytes, recv.data(), at_root ? recv.all_block_bytes() : std::vector<std::size_t>{},
-                            at_root ? recv.all_block_offsets() : std::vector<std::size_t>{}, kBytes, root);
-    else
+    if (which == kGatherv) {
+      const BlockArrays blocks = at_root ? block_arrays(recv, 0) : BlockArrays{};
+      taken.chorus->gatherv(mine, my_bytes, recv.data(), blocks.bytes, blocks.offsets, kBytes, root);
+    } else {
       taken.chorus->gather(mine, recv.data(), my_bytes, kBytes, root);
+    }
     if (at_root) recv.unpack();
   });
 }
@@ -507,12 +523,12 @@ int scatter(Collective which, const void* sendbuf, int sendcount, const int* cou
     }
     std::byte* mine = uses_recv ? recv.data() : send.data() + send.block_offset(me);  // in place
     const std::size_t my_bytes = uses_recv ? recv.bytes() : send.block_bytes(me);
-    if (which == kScatterv)
-      taken.chorus->scatterv(send.data(), at_root ? send.all_block_bytes() : std::vector<std::size_t>{},
-                             at_root ? send.all_block_offsets() : std::vector<std::size_t>{}, mine,
-                             my_bytes, kBytes, root);
-    else
+    if (which == kScatterv) {
+      const BlockArrays blocks = at_root ? block_arrays(send, 0) : BlockArrays{};
+      taken.chorus->scatterv(send.data(), blocks.bytes, blocks.offsets, mine, my_bytes, kBytes, root);
+    } else {
       taken.chorus->scatter(send.data(), mine, my_bytes, kBytes, root);
+    }
     recv.unpack();
   });
 }

@@ -191,10 +191,10 @@ Staged::Staged(void* user, const int* counts, const int* displs, int blocks, MPI
       size_(info.size),
       extent_(info.extent),
       blocks_(blocks),
-      counts_(counts, counts + blocks),
-      displs_(displs, displs + blocks) {
+      counts_(counts),
+      displs_(displs) {
   // Chorus's offsets are unsigned: a block before the buffer's start is staged.
-  const bool backwards = std::any_of(displs_.begin(), displs_.end(), [](int d) { return d < 0; });
+  const bool backwards = std::any_of(displs, displs + blocks, [](int d) { return d < 0; });
   if (info.dense && !backwards) data_ = user_;
   else allocate();
 }
@@ -211,7 +211,7 @@ void Staged::allocate() {
 }
 
 MPI_Aint Staged::user_displ(int j) const {
-  return displs_.empty() ? static_cast<MPI_Aint>(j) * count_ : displs_[static_cast<std::size_t>(j)];
+  return displs_ == nullptr ? static_cast<MPI_Aint>(j) * count_ : displs_[j];
 }
 
 std::size_t Staged::block_bytes(int j) const {
@@ -229,16 +229,14 @@ std::size_t Staged::bytes() const {
   return total;
 }
 
-std::vector<std::size_t> Staged::all_block_bytes() const {
-  std::vector<std::size_t> out(static_cast<std::size_t>(blocks_));
+void Staged::all_block_bytes(std::vector<std::size_t>& out) const {
+  out.resize(static_cast<std::size_t>(blocks_));
   for (int j = 0; j < blocks_; ++j) out[static_cast<std::size_t>(j)] = block_bytes(j);
-  return out;
 }
 
-std::vector<std::size_t> Staged::all_block_offsets() const {
-  std::vector<std::size_t> out(static_cast<std::size_t>(blocks_));
+void Staged::all_block_offsets(std::vector<std::size_t>& out) const {
+  out.resize(static_cast<std::size_t>(blocks_));
   for (int j = 0; j < blocks_; ++j) out[static_cast<std::size_t>(j)] = block_offset(j);
-  return out;
 }
 
 // MPI_Pack and MPI_Unpack count bytes in int: a block is moved in pieces

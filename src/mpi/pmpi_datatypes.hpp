@@ -66,7 +66,8 @@ class Staged {
   // `blocks` blocks of `count` items each, back to back (MPI_Allgather's
   // receive buffer, MPI_Alltoall's).
   Staged(void* user, int blocks, int count, MPI_Datatype type, const TypeInfo& info);
-  // v-forms: counts and displacements (in extents) per block.
+  // v-forms: counts and displacements (in extents) per block. Not copied:
+  // the v-forms are blocking calls, in which the caller's arrays stay.
   Staged(void* user, const int* counts, const int* displs, int blocks, MPI_Datatype type,
          const TypeInfo& info);
 
@@ -74,8 +75,9 @@ class Staged {
   std::size_t bytes() const;  // of all blocks (as Chorus sees them)
   std::size_t block_bytes(int j) const;
   std::size_t block_offset(int j) const;  // in data()
-  std::vector<std::size_t> all_block_bytes() const;
-  std::vector<std::size_t> all_block_offsets() const;
+  // Every block's bytes, and offset in data(), into `out` (p entries).
+  void all_block_bytes(std::vector<std::size_t>& out) const;
+  void all_block_offsets(std::vector<std::size_t>& out) const;
 
   // Copy between the user's buffer and the staging copy (nothing when
   // dense): one block, or all. Throw chorus::Error when MPI fails.
@@ -85,7 +87,7 @@ class Staged {
   void unpack() const;
 
  private:
-  int count(int j) const { return counts_.empty() ? count_ : counts_[static_cast<std::size_t>(j)]; }
+  int count(int j) const { return counts_ == nullptr ? count_ : counts_[j]; }
   MPI_Aint user_displ(int j) const;  // in extents
   void allocate();
   void transfer(int j, bool to_staging) const;
@@ -97,7 +99,8 @@ class Staged {
   MPI_Aint extent_ = 0;
   int blocks_ = 0;
   int count_ = 0;                   // uniform blocks
-  std::vector<int> counts_, displs_;  // v-forms
+  const int* counts_ = nullptr;  // v-forms: the caller's arrays
+  const int* displs_ = nullptr;
   std::vector<std::size_t> offsets_;  // staged: where block j starts in the copy
   std::shared_ptr<std::vector<std::byte>> copy_;
 };

@@ -508,6 +508,33 @@ TEST(Collectives, VFormsThroughTheSegmentNameABlockOfTheWrongSize) {
   }
 }
 
+// A thread reuses its v-form layouts from call to call (core/arguments.cpp);
+// an async call queued before the next one is made keeps its own.
+TEST(Collectives, AnAsyncVFormKeepsItsLayoutsWhileItsThreadMakesTheNextCall) {
+  const NoProbe no_probe;
+  expect_ok(run_ranks(3, [&](Communicator& comm) {
+    const int r = comm.rank();
+    const DataType type = DataType::int32;
+    for (int round = 0; round < 20; ++round) {
+      const std::vector<std::size_t> first = {1, 2, 3}, second = {5, 1, 4};
+      const Bytes mine_first = values(type, r, first[r], ReduceOp::sum),
+                  mine_second = values(type, r, second[r], ReduceOp::sum, 7);
+      Bytes got_first(6 * size_of(type)), got_second(10 * size_of(type));
+      Work queued = comm.allgatherv_async(mine_first.data(), got_first.data(), first, {}, type);
+      comm.allgatherv(mine_second.data(), got_second.data(), second, {}, type);
+      queued.wait();
+      Bytes want_first, want_second;
+      for (int j = 0; j < 3; ++j) {
+        const Bytes a = values(type, j, first[j], ReduceOp::sum), b = values(type, j, second[j], ReduceOp::sum, 7);
+        want_first.insert(want_first.end(), a.begin(), a.end());
+        want_second.insert(want_second.end(), b.begin(), b.end());
+      }
+      require(got_first == want_first, "the async allgatherv, round " + std::to_string(round));
+      require(got_second == want_second, "the blocking allgatherv, round " + std::to_string(round));
+    }
+  }), "async and blocking v-forms");
+}
+
 TEST(Collectives, RanksDisagreeingOnVCountsGetAnError) {
   // allgatherv: every rank must pass the same counts; the call check sees it.
   const Options quick{Algorithm::automatic, std::chrono::seconds(20), "", ""};
