@@ -786,14 +786,20 @@ namespace {
 
 std::size_t block_table_bytes(int p) { return (static_cast<std::size_t>(p) * 4 + 7) / 8 * 8; }
 
-// The largest block that goes through the slot of a rank writing
-// `blocks_written` blocks (beside their table when several): at most a
+// What a rank's data for a call may take: its ring entry's room, or its
+// large slot's, whichever is more.
+std::size_t slot_room(const Collective& c) {
+  return std::max(c.host->slot_bytes(), shm::kEntryDataBytes);
+}
+
+// The largest block that goes through the slot of a rank writing up to
+// `blocks_written` blocks, beside their table where `with_table`: at most a
 // stream chunk (from there the kernel's one copy beat two copies through
-// the slot: small_blocks()), and so that every block of that size fits.
-std::size_t block_limit(const Collective& c, int blocks_written) {
-  const std::size_t table = blocks_written > 1 ? block_table_bytes(c.host->size()) : 0;
-  const std::size_t room = std::max(c.host->slot_bytes(), shm::kEntryDataBytes) - table;
-  return std::min(kStreamChunkBytes, room / static_cast<std::size_t>(std::max(blocks_written, 1)));
+// the slot: small_blocks()), and so that all of them fit.
+std::size_t block_limit(const Collective& c, int blocks_written, bool with_table) {
+  const std::size_t table = with_table ? block_table_bytes(c.host->size()) : 0;
+  return std::min(kStreamChunkBytes,
+                  (slot_room(c) - table) / static_cast<std::size_t>(std::max(blocks_written, 1)));
 }
 
 // The size a block sent as a message declares in its writer's slot, for its
@@ -811,6 +817,10 @@ void contribute_blocks(const Collective& c, const std::byte* in, const BlockLayo
   std::size_t packed = 0;
   for (int q = 0; q < p; ++q)
     if (q != me && blocks.bytes(q, esize) <= limit) packed += blocks.bytes(q, esize);
+  if (table + packed > slot_room(c))  // block_limit() keeps it in: a bug if not
+    throw Error(ErrorCode::internal,
+                fmt::format("rank {}: {} bytes of blocks for call #{} do not fit a {}-byte slot",
+                            c.host->comm_rank(me), table + packed, c.sequence, slot_room(c)));
   std::byte* slot = begin_slot(c, table + packed);
   std::byte* at = slot + table;
   for (int q = 0; q < p; ++q) {
@@ -873,7 +883,7 @@ transport::Tag block_tag(const Collective& c) { return c.message_tag(0, 0, 0); }
 
 void shm_gatherv(const Collective& c, const Operands& o) {
   const int p = c.host->size(), me = c.host->rank();
-  const std::size_t esize = size_of(o.type), limit = block_limit(c, 1);
+  const std::size_t esize = size_of(o.type), limit = block_limit(c, 1, false);
   if (me != o.root) {
     const std::size_t bytes = o.count * esize;
     if (bytes <= limit) return contribute(c, o.send, bytes);
@@ -905,7 +915,7 @@ void shm_gatherv(const Collective& c, const Operands& o) {
 
 void shm_scatterv(const Collective& c, const Operands& o) {
   const int p = c.host->size(), me = c.host->rank();
-  const std::size_t esize = size_of(o.type), limit = block_limit(c, p - 1);
+  const std::size_t esize = size_of(o.type), limit = block_limit(c, p - 1, true);
   if (me == o.root) {
     const BlockLayout& blocks = o.send_blocks();
     const auto* in = static_cast<const std::byte*>(o.send);
@@ -930,7 +940,7 @@ void shm_scatterv(const Collective& c, const Operands& o) {
 
 void shm_alltoallv(const Collective& c, const Operands& o) {
   const int p = c.host->size(), me = c.host->rank();
-  const std::size_t esize = size_of(o.type), limit = block_limit(c, p - 1);
+  const std::size_t esize = size_of(o.type), limit = block_limit(c, p - 1, true);
   const BlockLayout &sends = o.send_blocks(), &receives = o.recv_blocks();
   const auto* in = static_cast<const std::byte*>(o.send);
   auto* out = static_cast<std::byte*>(o.recv);

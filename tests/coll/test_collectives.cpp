@@ -508,6 +508,42 @@ TEST(Collectives, VFormsThroughTheSegmentNameABlockOfTheWrongSize) {
   }
 }
 
+// In small slots the blocks that go through them, and their table, still
+// fit: at p = 2 a 4096-byte slot holds an 8-byte table and one block of up
+// to 4088 bytes (a block of 4096 goes as a message); at p = 3 two of 2040
+// beside a 16-byte table. A writer whose blocks would not fit throws.
+TEST(Collectives, VFormsThroughSmallSlotsKeepTheirTablesInside) {
+  const NoProbe no_probe;
+  ::setenv("CHORUS_SHM_BYTES", "4096", 1);
+  const DataType type = DataType::int32;
+  for (int p : {2, 3}) {
+    const std::size_t edge = p == 2 ? 4088 / 4 : 2040 / 4;  // elements
+    for (std::size_t n : {edge - 1, edge, edge + 1})
+      expect_ok(run_ranks(p, [&](Communicator& comm) {
+        require(CommunicatorAccess::engine(comm).host->slot_bytes() == 4096, "4 KiB slots");
+        auto count = [&](int from, int to) { return from == to ? 1 : n; };
+        auto block_of = [&](int from, int to) {
+          return values(type, from, count(from, to), ReduceOp::sum, static_cast<std::size_t>(to));
+        };
+        require(run_alltoallv(comm, type, count, block_of), "alltoallv");
+        // scatterv from rank 0: n elements to every other rank.
+        std::vector<std::size_t> counts(p, n);
+        counts[0] = 1;
+        Bytes all;
+        for (int j = 0; j < p; ++j) {
+          const Bytes b = block_of(0, j);
+          all.insert(all.end(), b.begin(), b.end());
+        }
+        Bytes got(counts[comm.rank()] * size_of(type));
+        const bool root = comm.rank() == 0;
+        comm.scatterv(all.data(), root ? std::span(counts) : std::span<const std::size_t>{}, {},
+                      got.data(), counts[comm.rank()], type, 0);
+        require(got == block_of(0, comm.rank()), "scatterv");
+      }), "p=" + std::to_string(p) + " n=" + std::to_string(n));
+  }
+  ::unsetenv("CHORUS_SHM_BYTES");
+}
+
 // A thread reuses its v-form layouts from call to call (core/arguments.cpp);
 // an async call queued before the next one is made keeps its own.
 TEST(Collectives, AnAsyncVFormKeepsItsLayoutsWhileItsThreadMakesTheNextCall) {
