@@ -163,10 +163,11 @@ std::size_t nothing(std::size_t, int) { return 0; }
 // cross-memory attach (one copy, where the segment costs two, one after the
 // other) was faster (p = 2: allgather of 1 MiB 110 us by ring against 142
 // us; alltoall 99 us against 176 us, before both streamed). Up to there the
-// segment wins: 64 KiB blocks through libchorus_pmpi, us, segment against
-// linear (Open MPI): p = 2 gather 3.0 against 8.6-9.0 (5.3-6.2), scatter
-// 2.8-2.9 against 9.8-13.0 (5.5-6.6); p = 4 gather 15-16 against 36-38,
-// scatter 13.3-13.6 against 31-41 (docs/performance.md "Twelfth pass").
+// segment wins: 64 KiB blocks through libchorus_pmpi, 3 alternating runs,
+// us, segment against linear (Open MPI alone): p = 2 gather 3.6-3.9
+// against 9.7-10.7 (7.2-8.3), scatter 3.2-3.8 against 9.7-11.0 (6.2-7.3);
+// p = 4 gather 14.6-29 against 34-38 (29-43), scatter 14-17 against 33-76
+// (23-25) (docs/performance.md "Twelfth pass").
 bool small_blocks(std::size_t block_bytes, int) { return block_bytes <= 64 * 1024; }
 // Alltoall streams through the segment beyond that (shm_alltoall_need()),
 // and beats pairwise's cross-memory copies (alltoall_perf -A pairwise /
