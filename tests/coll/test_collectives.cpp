@@ -508,6 +508,22 @@ TEST(Collectives, VFormsThroughTheSegmentNameABlockOfTheWrongSize) {
   }
 }
 
+// Gather and scatter choose the segment while a block is at most 64 KiB,
+// whatever p (at p = 4, 64 KiB blocks are 256 KiB in all), and the linear
+// messages beyond.
+TEST(Collectives, GatherAndScatterGoThroughTheSegmentUpTo64KiBBlocks) {
+  const NoProbe no_probe;
+  expect_ok(run_ranks(4, [&](Communicator& comm) {
+    auto& engine = CommunicatorAccess::engine(comm);
+    for (const auto kind : {coll::CollectiveKind::gather, coll::CollectiveKind::scatter}) {
+      const std::string name(coll::to_string(kind));
+      require(engine.choose(kind, "", 64 << 10).row->name == "shm", name + " of 64 KiB blocks");
+      require(engine.choose(kind, "", (64 << 10) + 1).row->name == "linear",
+              name + " of blocks above 64 KiB");
+    }
+  }), "gather and scatter's choice");
+}
+
 // In small slots the blocks that go through them, and their table, still
 // fit: at p = 2 a 4096-byte slot holds an 8-byte table and one block of up
 // to 4088 bytes (a block of 4096 goes as a message); at p = 3 two of 2040
