@@ -80,6 +80,16 @@ class CHORUS_API Work {
   // call no thread has started, next in the queue, runs it on this thread
   // instead of handing it to Chorus's worker and back.
   bool wait(std::chrono::duration<double> timeout = std::chrono::hours(24 * 365));
+  // Blocks until the collective ends, calling `progress` meanwhile: for a
+  // caller with a progress engine of its own that must keep moving while
+  // this thread waits (an MPI library's MPI_Wait: a peer may need one of
+  // the program's other requests before it reaches this collective).
+  // Throws its Error if it failed. A call no thread has started, next in
+  // the queue, runs on this thread, and every wait inside it calls
+  // `progress` every few polls, and at least every 200 us while it
+  // sleeps; otherwise this thread calls it every 200 us while Chorus's
+  // worker runs the call. `progress` must not call this communicator.
+  void wait_progressing(const std::function<void()>& progress);
   // The error it ended with, once it has ended badly.
   std::optional<Error> error() const;
   // For a receive (recv_async), the rank its message came from once it has

@@ -1,5 +1,6 @@
 // The public Communicator and Work: shims onto the engine (core/engine.hpp).
 #include "core/engine.hpp"
+#include "common/wait_hook.hpp"
 
 #include <fmt/format.h>
 
@@ -43,6 +44,14 @@ bool Work::wait(std::chrono::duration<double> timeout) {
   if (!state_->done_cv.wait_for(lock, limit, [&] { return state_->done.load(); })) return false;
   if (state_->error) throw *state_->error;
   return true;
+}
+
+void Work::wait_progressing(const std::function<void()>& progress) {
+  if (!state_) return;
+  if (!state_->done.load(std::memory_order_acquire))
+    if (const auto access = state_->queue_access.lock())
+      access->run_if_next(state_.get(), 0, &progress);
+  while (!wait(kHookedSleep)) progress();
 }
 
 std::optional<Error> Work::error() const {

@@ -3,6 +3,7 @@
 #include "bootstrap/launch.hpp"
 #include "common/config.hpp"
 #include "common/logging.hpp"
+#include "common/wait_hook.hpp"
 #include "coll/shared_memory.hpp"
 
 #include <fmt/format.h>
@@ -581,7 +582,8 @@ Work Communicator::Impl::submit_async(const core::Call& call) {
   return Work(state);
 }
 
-bool QueueAccess::run_if_next(const Work::State* target, double timeout_seconds) {
+bool QueueAccess::run_if_next(const Work::State* target, double timeout_seconds,
+                              const std::function<void()>* progress) {
   {
     std::lock_guard lock(mutex);
     if (!open) return false;
@@ -589,7 +591,7 @@ bool QueueAccess::run_if_next(const Work::State* target, double timeout_seconds)
   }
   bool ran = false;
   try {
-    ran = engine->run_queued_next(target, timeout_seconds);
+    ran = engine->run_queued_next(target, timeout_seconds, progress);
   } catch (...) {  // run_front() keeps a call's errors in its state; this is a lock failing
   }
   {
@@ -606,13 +608,17 @@ void QueueAccess::close() {
   left.wait(lock, [&] { return inside == 0; });
 }
 
-bool Communicator::Impl::run_queued_next(const Work::State* target, double wait_seconds) {
+bool Communicator::Impl::run_queued_next(const Work::State* target, double wait_seconds,
+                                         const std::function<void()>* progress) {
   // The call runs to its end or its deadline (the communicator's timeout):
-  // a wait that must return sooner leaves it to the worker.
-  if (wait_seconds < timeout_seconds) return false;
+  // a wait that must return sooner leaves it to the worker, unless what it
+  // must do meanwhile is a hook that the call's own waits can run.
+  if (progress == nullptr && wait_seconds < timeout_seconds) return false;
   std::unique_lock lock(queue_mutex);
   if (worker_busy.load() || stopping || queue.empty() || queue.front().second.get() != target)
     return false;
+  std::optional<ScopedWaitHook> hook;
+  if (progress != nullptr) hook.emplace(*progress);
   run_front(lock);  // the worker leaves the queue alone meanwhile
   lock.unlock();
   queue_cv.notify_all();  // the worker, or a blocking call waiting for the queue

@@ -45,7 +45,8 @@ struct QueueAccess {
   // Runs `target`'s call on this thread if it is next in the queue and no
   // thread runs queued calls now (Communicator::Impl::run_queued_next());
   // false when it did not.
-  bool run_if_next(const Work::State* target, double timeout_seconds);
+  bool run_if_next(const Work::State* target, double timeout_seconds,
+                   const std::function<void()>* progress = nullptr);
   void close();  // no waiter enters after it; returns once those inside left
   Communicator::Impl* const engine;
   std::mutex mutex;
@@ -138,11 +139,14 @@ struct Communicator::Impl {
   // On the calling thread, a Work::wait() of `wait_seconds`: runs
   // `target`'s call when it is next in the queue, no thread (the worker,
   // another waiter) is running queued calls, and the wait is at least the
-  // communicator's timeout (which bounds the call); true if it did. A call
-  // waited for right after it was queued then costs what a blocking one
-  // does, not a hand-off to the worker and back (4-13 us at 8 B here,
+  // communicator's timeout (which bounds the call) or comes with a
+  // `progress` hook (Work::wait_progressing(): set as the thread's wait
+  // hook while the call runs, common/wait_hook.hpp); true if it did. A
+  // call waited for right after it was queued then costs what a blocking
+  // one does, not a hand-off to the worker and back (4-13 us at 8 B here,
   // docs/performance.md "Eleventh pass").
-  bool run_queued_next(const Work::State* target, double wait_seconds);
+  bool run_queued_next(const Work::State* target, double wait_seconds,
+                       const std::function<void()>* progress);
   // With queue_mutex held (`lock`) and no thread running queued calls:
   // runs the front call on this thread (worker_busy meanwhile), finishes
   // its state with the outcome, and returns with the lock held again.

@@ -2,6 +2,7 @@
 
 #include "common/host.hpp"
 #include "common/logging.hpp"
+#include "common/wait_hook.hpp"
 
 #include <fmt/format.h>
 
@@ -425,9 +426,11 @@ void Segment::wait_slowly(const std::function<bool()>& ready, transport::Deadlin
   using namespace std::chrono;
   const auto start = transport::Clock::now();
   const auto spin_end = start + transport::spin_before_sleep();
+  const std::function<void()>* hook = current_wait_hook();
   for (unsigned i = 1;; ++i) {
     if (ready()) return;
     if ((i & 15) == 0) {
+      if (hook) (*hook)();
       if (transport::Clock::now() >= spin_end) break;
       // With more ranks than cores, the rank we wait for may need this core.
       if (oversubscribed_) std::this_thread::yield();
@@ -441,6 +444,7 @@ void Segment::wait_slowly(const std::function<bool()>& ready, transport::Deadlin
     if (ready()) return;
     throw_if_aborted();
     if (poll) poll();
+    if (hook) (*hook)();
     const auto now = transport::Clock::now();
     if (now >= next_liveness) {
       check_alive();
@@ -462,7 +466,8 @@ void Segment::wait_slowly(const std::function<bool()>& ready, transport::Deadlin
     }
     if (!ready()) {  // a publish after this re-check sees sleepers != 0, and bumps `word`
       const struct timespec ten_ms {0, 10'000'000};
-      futex(w.word, FUTEX_WAIT, seen, &ten_ms);
+      const struct timespec hooked {0, std::chrono::nanoseconds(kHookedSleep).count()};
+      futex(w.word, FUTEX_WAIT, seen, hook ? &hooked : &ten_ms);
     }
     w.sleepers.fetch_sub(1, std::memory_order_seq_cst);
   }

@@ -29,7 +29,8 @@
 // also looks at the abort notice and the deadline, and every 100 ms at
 // whether the ranks it waits for are still alive (their pid and start time),
 // so a rank killed while others wait on its slot is named within a fraction
-// of a second.
+// of a second. A thread with a wait hook (common/wait_hook.hpp) runs it
+// while it spins and sleeps at most kHookedSleep at a time.
 //
 // Naming and cleanup: the lowest rank creates "/chorus.<pid>.<random>" with
 // O_EXCL, the others open it, and once all have mapped it (or any failed) it

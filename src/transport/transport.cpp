@@ -4,6 +4,7 @@
 #include "common/config.hpp"
 
 #include "common/logging.hpp"
+#include "common/wait_hook.hpp"
 
 #include <fmt/format.h>
 
@@ -116,6 +117,7 @@ void Transport::wait(const Request& request, Deadline deadline,
   Clock::time_point start{};
   auto idle_since = start;
   unsigned idle_polls = 0;
+  const std::function<void()>* hook = nullptr;  // read once the wait has lasted (wait_hook.hpp)
   while (!request.done()) {
     const bool moved = progress();
     if (on_poll) on_poll();
@@ -131,6 +133,7 @@ void Transport::wait(const Request& request, Deadline deadline,
     if (idle_polls == 64) {
       idle_since = now;
       if (start == Clock::time_point{}) start = now;
+      hook = current_wait_hook();
     }
     if (now >= deadline) {
       const double waited = std::chrono::duration<double>(now - start).count();
@@ -139,11 +142,18 @@ void Transport::wait(const Request& request, Deadline deadline,
                               waited, request.describe(), name()));
     }
     if (now - idle_since < spin_before_sleep()) {
-      if (idle_polls % 16 == 0) std::this_thread::yield();  // let an oversubscribed peer run
+      if (idle_polls % 16 == 0) {
+        if (hook) (*hook)();
+        std::this_thread::yield();  // let an oversubscribed peer run
+      }
       continue;
     }
-    // Wake at least every 100 ms: a bound on what a lost wake-up can cost.
-    wait_for_activity(std::min(deadline, now + std::chrono::milliseconds(100)));
+    // Wake at least every 100 ms: a bound on what a lost wake-up can cost
+    // (with a hook, every kHookedSleep, to run it).
+    const Clock::duration longest = hook ? Clock::duration(kHookedSleep)
+                                         : Clock::duration(std::chrono::milliseconds(100));
+    wait_for_activity(std::min(deadline, now + longest));
+    if (hook) (*hook)();
     idle_polls = 0;
   }
   if (request.state() == Request::State::failed) {

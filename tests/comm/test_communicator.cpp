@@ -293,6 +293,28 @@ TEST(Communicator, AShortWaitOnAQueuedCallReturnsAtItsTimeout) {
   }, options));
 }
 
+// Work::wait_progressing(): a call next in the queue runs on the waiting
+// thread (its on_complete runs there), and while it waits for a late peer
+// its waits call the caller's progress hook, every few polls and at least
+// every kHookedSleep (200 us) asleep: rank 1 comes 300 ms late.
+TEST(Communicator, AWaitWithProgressRunsTheCallHereAndProgressesWhileItWaits) {
+  expect_all_ok(run_ranks(2, [](Communicator& comm) {
+    float x = 1;
+    if (comm.rank() == 1) std::this_thread::sleep_for(300ms);
+    Work w = comm.allreduce_async(&x, &x, 1, DataType::float32, ReduceOp::sum);
+    std::atomic<std::thread::id> finisher{};
+    w.on_complete([&] { finisher = std::this_thread::get_id(); });
+    int progressed = 0;
+    w.wait_progressing([&] { ++progressed; });
+    if (x != 2) throw std::runtime_error("wrong sum");
+    if (comm.rank() == 1) return;  // its peer was there: nothing to wait for
+    if (finisher.load() != std::this_thread::get_id())
+      throw std::runtime_error("the call ran on another thread than the waiting one");
+    if (progressed < 100)  // 300 ms at one call per 200 us at least, less the slack
+      throw std::runtime_error("the hook ran only " + std::to_string(progressed) + " times");
+  }));
+}
+
 TEST(Communicator, AsyncWorkOverlapsTheCallersComputation) {
   expect_all_ok(run_ranks(2, [](Communicator& comm) {
     std::vector<float> v(1 << 20, 1.0f);
