@@ -70,7 +70,7 @@ int MPI_Finalize() {
 
 int MPI_Wait(MPI_Request* request, MPI_Status* status) {
   if (request == nullptr || !any_pending(1, request)) return PMPI_Wait(request, status);
-  auto failure = wait_while_progressing(1, request, [] { return false; });
+  auto failure = wait_while_progressing(1, request, true, [] { return false; });
   const int rc = PMPI_Wait(request, status);
   return report(std::move(failure), "MPI_Wait", rc);
 }
@@ -85,7 +85,7 @@ int MPI_Test(MPI_Request* request, int* flag, MPI_Status* status) {
 int MPI_Waitall(int count, MPI_Request requests[], MPI_Status statuses[]) {
   if (requests == nullptr || !any_pending(count, requests))
     return PMPI_Waitall(count, requests, statuses);
-  auto failure = wait_while_progressing(count, requests, [] { return false; });
+  auto failure = wait_while_progressing(count, requests, true, [] { return false; });
   const int rc = PMPI_Waitall(count, requests, statuses);
   return report(std::move(failure), "MPI_Waitall", rc);
 }
@@ -102,7 +102,7 @@ int MPI_Waitany(int count, MPI_Request requests[], int* index, MPI_Status* statu
   if (requests == nullptr || !any_pending(count, requests))
     return PMPI_Waitany(count, requests, index, status);
   int rc = MPI_SUCCESS, flag = 0;
-  auto failure = wait_while_progressing(count, requests, [&] {
+  auto failure = wait_while_progressing(count, requests, false, [&] {
     rc = PMPI_Testany(count, requests, index, &flag, status);
     return flag != 0 || rc != MPI_SUCCESS;
   });
@@ -124,7 +124,7 @@ int MPI_Waitsome(int incount, MPI_Request requests[], int* outcount, int indices
     return PMPI_Waitsome(incount, requests, outcount, indices, statuses);
   int rc = MPI_SUCCESS;
   *outcount = 0;
-  auto failure = wait_while_progressing(incount, requests, [&] {
+  auto failure = wait_while_progressing(incount, requests, false, [&] {
     rc = PMPI_Testsome(incount, requests, outcount, indices, statuses);
     return *outcount != 0 || rc != MPI_SUCCESS;
   });

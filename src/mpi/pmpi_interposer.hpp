@@ -226,16 +226,29 @@ int start_request(Interposer& it, chorus::Work work, MPI_Comm comm, std::functio
 // others (a peer may need them before it reaches its nonblocking
 // collective), until `done` (which may test MPI's requests) says so or
 // ours are all settled.
+//
+// `run_here`: the caller waits for all of `requests` (MPI_Wait,
+// MPI_Waitall), so a call next in its communicator's queue runs on this
+// thread, with MPI progressing inside its waits (Work::wait_progressing()),
+// instead of being handed to Chorus's worker and back (8-11 us at 8 B-1
+// KiB, docs/performance.md "Thirteenth pass"). Not where the caller may
+// return before one of ours ends (MPI_Waitany, MPI_Waitsome): the program
+// may need to return to reach what lets a peer start that call.
 template <class Done>
-std::optional<Failure> wait_while_progressing(int n, const MPI_Request* requests, Done&& done) {
+std::optional<Failure> wait_while_progressing(int n, const MPI_Request* requests, bool run_here,
+                                              Done&& done) {
   std::optional<Failure> failure;
   while (auto work = first_pending(n, requests)) {
     if (auto f = settle(n, requests, false); f && !failure) failure = f;
     if (done()) break;
-    progress_mpi();
     try {
-      work->wait(std::chrono::microseconds(200));  // sleeps, leaving the core to the work
-    } catch (...) {
+      if (run_here) {
+        work->wait_progressing(progress_mpi);  // progresses MPI only where the call waits
+      } else {
+        progress_mpi();
+        work->wait(std::chrono::microseconds(200));  // sleeps, leaving the core to the work
+      }
+    } catch (...) {  // the error is settle()'s to report
     }
   }
   return failure;

@@ -636,6 +636,48 @@ void check_nonblocking(MPI_Comm comm, std::size_t count, bool in_place) {
   expect(rc == MPI_SUCCESS, "MPI_Ibarrier on " + std::to_string(size) + " ranks", "returned an error");
 }
 
+// A nonblocking collective that rank 0 waits for (MPI_Wait, then
+// MPI_Waitall) while the other ranks can start it only once rank 0's MPI
+// has progressed another of its requests: each sends to rank 0 with
+// MPI_Ssend, which returns once rank 0 has matched the message (its MPI
+// must take the message in and answer). libchorus_pmpi's MPI_Wait may run
+// the collective on its own thread, and must then let MPI progress inside
+// the call's waits: otherwise rank 0 would wait for the broadcast until
+// Chorus's timeout, and the others in MPI_Ssend forever.
+void check_progress_inside_wait(MPI_Comm comm, std::size_t count) {
+  int rank = 0, size = 0;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  const int root = size - 1, n = static_cast<int>(count);
+  for (bool waitall : {false, true}) {
+    std::vector<double> data(count, rank == root ? 0.5 : -1.0);
+    bool ok = true;
+    if (rank == 0) {
+      std::vector<int> tokens(static_cast<std::size_t>(size), -1);
+      std::vector<MPI_Request> requests(static_cast<std::size_t>(size));  // [0]: the broadcast
+      for (int q = 1; q < size; ++q) MPI_Irecv(&tokens[static_cast<std::size_t>(q)], 1, MPI_INT, q, 11, comm, &requests[static_cast<std::size_t>(q)]);
+      int rc = MPI_Ibcast(data.data(), n, MPI_DOUBLE, root, comm, &requests[0]);
+      if (rc == MPI_SUCCESS && waitall) {
+        rc = MPI_Waitall(size, requests.data(), MPI_STATUSES_IGNORE);
+      } else if (rc == MPI_SUCCESS) {
+        rc = MPI_Wait(&requests[0], MPI_STATUS_IGNORE);
+        if (rc == MPI_SUCCESS) rc = MPI_Waitall(size - 1, requests.data() + 1, MPI_STATUSES_IGNORE);
+      }
+      ok = rc == MPI_SUCCESS;
+      for (int q = 1; q < size && ok; ++q) ok = tokens[static_cast<std::size_t>(q)] == q;
+    } else {
+      MPI_Ssend(&rank, 1, MPI_INT, 0, 11, comm);
+      MPI_Request request;
+      ok = MPI_Ibcast(data.data(), n, MPI_DOUBLE, root, comm, &request) == MPI_SUCCESS &&
+           MPI_Wait(&request, MPI_STATUS_IGNORE) == MPI_SUCCESS;
+    }
+    for (std::size_t i = 0; i < count && ok; ++i) ok = data[i] == 0.5;
+    expect(ok, where_of("MPI_Ibcast", count, "MPI_DOUBLE", size) +
+                   (waitall ? ", MPI_Waitall" : ", MPI_Wait") + " while rank 0 matches an MPI_Ssend",
+           "wrong data or a failed call");
+  }
+}
+
 void check_alltoall_in_place(MPI_Comm comm, std::size_t count) {
   int rank = 0, size = 0;
   MPI_Comm_rank(comm, &rank);
@@ -661,6 +703,7 @@ void sweep_more_collectives(MPI_Comm comm) {
       check_nonblocking(comm, count, in_place);
     }
     check_alltoall_in_place(comm, count);
+    check_progress_inside_wait(comm, count);
   }
 }
 
@@ -1032,6 +1075,7 @@ int main(int argc, char** argv) {
     check_int8_sums_wrap(MPI_COMM_WORLD);
     check_allreduce<float>(MPI_COMM_WORLD, MPI_FLOAT, "MPI_FLOAT", Op::sum, 4099, false, false);
     check_nonblocking(MPI_COMM_WORLD, 1000, false);
+    check_progress_inside_wait(MPI_COMM_WORLD, 1000);
     check_rooted(MPI_COMM_WORLD, 1000, true);
   } else {
     run_full_sweep(world_rank, world_size);
