@@ -28,6 +28,12 @@ bool Work::wait(std::chrono::duration<double> timeout) {
   if (!state_->done.load(std::memory_order_acquire))
     if (const auto access = state_->queue_access.lock())
       access->run_if_next(state_.get(), timeout.count());
+  // Ended (often: this thread just ran it). Its error was set before `done`
+  // and never changes after: no lock, no clock read.
+  if (state_->done.load(std::memory_order_acquire)) {
+    if (state_->error) throw *state_->error;
+    return true;
+  }
   // Spin briefly (yielding) before sleeping: a small collective ends within
   // microseconds, less than a sleep and wake-up cost.
   const auto spin_end = std::chrono::steady_clock::now() +

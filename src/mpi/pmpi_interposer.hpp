@@ -239,16 +239,19 @@ std::optional<Failure> wait_while_progressing(int n, const MPI_Request* requests
                                               Done&& done) {
   std::optional<Failure> failure;
   while (auto work = first_pending(n, requests)) {
-    if (auto f = settle(n, requests, false); f && !failure) failure = f;
-    if (done()) break;
-    try {
-      if (run_here) {
+    if (run_here) {
+      try {
         work->wait_progressing(progress_mpi);  // progresses MPI only where the call waits
-      } else {
-        progress_mpi();
-        work->wait(std::chrono::microseconds(200));  // sleeps, leaving the core to the work
+      } catch (...) {  // the error is settle()'s to report
       }
-    } catch (...) {  // the error is settle()'s to report
+    }
+    if (auto f = settle(n, requests, false); f && !failure) failure = f;
+    if (run_here) continue;
+    if (done()) break;
+    progress_mpi();
+    try {
+      work->wait(std::chrono::microseconds(200));  // sleeps, leaving the core to the work
+    } catch (...) {
     }
   }
   return failure;
