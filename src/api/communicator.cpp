@@ -18,7 +18,16 @@ Work& Work::operator=(Work&&) noexcept = default;
 Work::Work(std::shared_ptr<State> state) : state_(std::move(state)) {}
 
 bool Work::test() const {
-  return !state_ || state_->done.load(std::memory_order_acquire);
+  if (!state_ || state_->done.load(std::memory_order_acquire)) return true;
+  expedite();
+  return false;
+}
+
+// A deferred call (CallOptions::deferred) that is tested, or waited for
+// otherwise than by wait_progressing(), starts at once on the worker.
+void Work::expedite() const {
+  if (state_->deferred.load(std::memory_order_relaxed))
+    if (const auto access = state_->queue_access.lock()) access->expedite(state_.get());
 }
 
 bool Work::wait(std::chrono::duration<double> timeout) {
@@ -34,6 +43,7 @@ bool Work::wait(std::chrono::duration<double> timeout) {
     if (state_->error) throw *state_->error;
     return true;
   }
+  expedite();
   // Spin briefly (yielding) before sleeping: a small collective ends within
   // microseconds, less than a sleep and wake-up cost.
   const auto spin_end = std::chrono::steady_clock::now() +

@@ -32,6 +32,7 @@ struct Call {
   coll::CallSignature signature;  // what the call check compares across ranks
   const coll::AlgorithmRow* algorithm = nullptr;  // what runs it, chosen once
   std::uint64_t sequence = 0;
+  bool deferred = false;  // CallOptions::deferred (async calls)
   // The v-forms' layouts are copies: an async call must not depend on the
   // caller's arrays.
   coll::Operands operands;

@@ -20,6 +20,15 @@ namespace {
 
 double us(double seconds) { return seconds * 1e6; }
 
+// Deferred calls (CallOptions::deferred): the worker leaves one alone for
+// kDeferredGrace, for its waiter to run; while such calls came within
+// kDeferredRecent, an idle worker looks at the queue every kDeferredPoll
+// instead of sleeping until woken, so that their submit need not wake it
+// (and a call nobody waits for still starts within about 2 ms).
+constexpr auto kDeferredGrace = std::chrono::milliseconds(1);
+constexpr auto kDeferredPoll = std::chrono::milliseconds(10);
+constexpr auto kDeferredRecent = std::chrono::milliseconds(100);
+
 // "allgather=bruck,allreduce=ring", or a bare AllReduce name ("ring"), as
 // CHORUS_ALGO and Options::algorithms spell it; every name is checked
 // against the registry. `where` names the source in errors.
@@ -324,6 +333,7 @@ Communicator::Impl::~Impl() {
     stopping = true;
   }
   queue_cv.notify_all();
+  drained_cv.notify_all();
   if (worker.joinable()) worker.join();  // runs what is queued first
 }
 
@@ -353,6 +363,7 @@ core::Call Communicator::Impl::make_call(coll::CollectiveKind kind, const core::
                             coll::to_string(kind), to_string(options.algorithm)));
   core::Call call;
   call.kind = kind;
+  call.deferred = options.deferred;
   core::check_arguments(kind, args, transport->rank(), transport->size(), call);
   const std::string_view requested = !options.algorithm_name.empty() ? options.algorithm_name
                                      : options.algorithm != Algorithm::automatic
@@ -555,18 +566,24 @@ void Communicator::Impl::submit(core::Call call) {
   // read before `worker_busy`, which the worker sets before `queued` drops.
   if (queued.load() != 0 || worker_busy.load()) {
     std::unique_lock queue_lock(queue_mutex);
-    queue_cv.wait(queue_lock, [&] { return queue.empty() && !worker_busy.load(); });
+    drained_cv.wait(queue_lock, [&] { return queue.empty() && !worker_busy.load(); });
   }
   run(call);
 }
 
 Work Communicator::Impl::submit_async(const core::Call& call) {
   auto state = std::make_shared<Work::State>();
+  bool wake = true;
   if (poisoned.load()) {
     state->finish(poisoned_error());
     return Work(state);
   }
   state->queue_access = queue_access;
+  const auto now = std::chrono::steady_clock::now();
+  if (call.deferred) {
+    state->start_after = now + kDeferredGrace;
+    state->deferred.store(true, std::memory_order_relaxed);
+  }
   core::Call entry = call;
   // The v-forms' layouts of its own: the calling thread reuses its
   // (core::check_arguments), and another thread runs this one.
@@ -577,8 +594,11 @@ Work Communicator::Impl::submit_async(const core::Call& call) {
     start_worker();
     queue.emplace_back(std::move(entry), state);
     queued.store(queue.size());
+    if (call.deferred) last_deferred = now;
+    // A worker that looks at the deferred calls anyway need not be woken.
+    wake = !call.deferred || !worker_polls;
   }
-  queue_cv.notify_all();
+  if (wake) queue_cv.notify_all();
   return Work(state);
 }
 
@@ -608,6 +628,25 @@ void QueueAccess::close() {
   left.wait(lock, [&] { return inside == 0; });
 }
 
+void QueueAccess::expedite(Work::State* target) {
+  if (!target->deferred.exchange(false)) return;  // started already, or never deferred
+  std::lock_guard lock(mutex);
+  if (open) engine->expedite(target);
+}
+
+void Communicator::Impl::expedite(Work::State* target) {
+  {
+    // The calls before it run first: they start now too.
+    std::lock_guard lock(queue_mutex);
+    for (auto& [call, state] : queue) {
+      state->start_after = {};
+      state->deferred.store(false, std::memory_order_relaxed);
+      if (state.get() == target) break;
+    }
+  }
+  queue_cv.notify_all();
+}
+
 bool Communicator::Impl::run_queued_next(const Work::State* target, double wait_seconds,
                                          const std::function<void()>* progress) {
   // The call runs to its end or its deadline (the communicator's timeout):
@@ -620,8 +659,10 @@ bool Communicator::Impl::run_queued_next(const Work::State* target, double wait_
   std::optional<ScopedWaitHook> hook;
   if (progress != nullptr) hook.emplace(*progress);
   run_front(lock);  // the worker leaves the queue alone meanwhile
+  const bool more = !queue.empty();
   lock.unlock();
-  queue_cv.notify_all();  // the worker, or a blocking call waiting for the queue
+  drained_cv.notify_all();  // a blocking call waiting for the queue
+  if (more) queue_cv.notify_all();  // the worker, for what is queued behind it
   return true;
 }
 
@@ -653,11 +694,19 @@ void Communicator::Impl::worker_loop() {
   // between calls (every kPointToPointPoll); otherwise it sleeps until a
   // call is queued.
   constexpr auto kPointToPointPoll = std::chrono::microseconds(50);
+  using SteadyClock = std::chrono::steady_clock;
   std::unique_lock lock(queue_mutex);
   for (;;) {
     // A waiter running its queued call itself (run_queued_next()) holds
-    // worker_busy; the worker takes none meanwhile.
-    const auto ready = [&] { return stopping || (!queue.empty() && !worker_busy.load()); };
+    // worker_busy; the worker takes none meanwhile, nor a deferred call
+    // before its time (stopping runs it at once).
+    const auto front_due = [&] {
+      const auto after = queue.front().second->start_after;
+      return after == SteadyClock::time_point{} || after <= SteadyClock::now();
+    };
+    const auto ready = [&] {
+      return stopping || (!queue.empty() && !worker_busy.load() && front_due());
+    };
     if (!ready() && point_to_point_pending.load() == 0) {
       // Spin briefly first (yielding): a framework that posts the next call
       // right after the last one ended (DDP's buckets, a sync call made
@@ -669,11 +718,21 @@ void Communicator::Impl::worker_loop() {
         std::this_thread::yield();
       lock.lock();
     }
-    if (point_to_point_pending.load() == 0)
-      queue_cv.wait(lock, [&] { return ready() || point_to_point_pending.load() > 0; });
-    else
+    const auto woken = [&] { return ready() || point_to_point_pending.load() > 0; };
+    if (point_to_point_pending.load() > 0) {
       queue_cv.wait_for(lock, kPointToPointPoll, ready);
-    if (queue.empty() || worker_busy.load()) {
+    } else if (!queue.empty() && !worker_busy.load() && !front_due()) {
+      worker_polls = true;  // a deferred call's time: its waiter may run it first
+      queue_cv.wait_until(lock, queue.front().second->start_after, woken);
+      worker_polls = false;
+    } else if (queue.empty() && SteadyClock::now() - last_deferred < kDeferredRecent) {
+      worker_polls = true;
+      queue_cv.wait_for(lock, kDeferredPoll, woken);
+      worker_polls = false;
+    } else {
+      queue_cv.wait(lock, woken);
+    }
+    if (queue.empty() || worker_busy.load() || (!stopping && !front_due())) {
       if (point_to_point_pending.load() > 0) {
         const bool ending = stopping;
         lock.unlock();
@@ -690,7 +749,7 @@ void Communicator::Impl::worker_loop() {
       continue;
     }
     run_front(lock);
-    queue_cv.notify_all();
+    drained_cv.notify_all();  // a blocking call waiting for the queue
   }
 }
 
@@ -717,6 +776,7 @@ void Communicator::Impl::abort(const std::string& reason) {
   }
   for (auto& [call, state] : dropped) state->finish(aborted);
   queue_cv.notify_all();
+  drained_cv.notify_all();
 }
 
 Communicator make_communicator(std::unique_ptr<transport::Transport> transport,

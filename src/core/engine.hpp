@@ -47,6 +47,8 @@ struct QueueAccess {
   // false when it did not.
   bool run_if_next(const Work::State* target, double timeout_seconds,
                    const std::function<void()>* progress = nullptr);
+  // A deferred call's state: lets the worker start it now (once).
+  void expedite(Work::State* target);
   void close();  // no waiter enters after it; returns once those inside left
   Communicator::Impl* const engine;
   std::mutex mutex;
@@ -66,6 +68,11 @@ struct Work::State {
   // A queued collective's engine: Work::wait() runs the call itself if no
   // thread has taken it yet. Empty for point-to-point work.
   std::weak_ptr<QueueAccess> queue_access;
+  // A deferred call (CallOptions::deferred) the worker leaves alone until
+  // `start_after` (under the engine's queue_mutex); `deferred` is cleared by
+  // the first test() or wait() that makes it start at once (expedite()).
+  std::chrono::steady_clock::time_point start_after{};
+  std::atomic<bool> deferred{false};
   void finish(std::optional<Error> e);
 };
 
@@ -147,6 +154,7 @@ struct Communicator::Impl {
   // docs/performance.md "Eleventh pass").
   bool run_queued_next(const Work::State* target, double wait_seconds,
                        const std::function<void()>* progress);
+  void expedite(Work::State* target);  // QueueAccess::expedite()
   // With queue_mutex held (`lock`) and no thread running queued calls:
   // runs the front call on this thread (worker_busy meanwhile), finishes
   // its state with the outcome, and returns with the lock held again.
@@ -199,7 +207,8 @@ struct Communicator::Impl {
   // each call under run_mutex, in the order they run (one lock a call).
   std::uint64_t next_sequence = 1;  // under run_mutex; 0 is the probe's; 64 bits: the host segment never sees one twice
   std::mutex queue_mutex;
-  std::condition_variable queue_cv;
+  std::condition_variable queue_cv;     // the worker waits on it
+  std::condition_variable drained_cv;   // submit() waits on it: queue empty, worker idle
   std::deque<std::pair<core::Call, std::shared_ptr<Work::State>>> queue;
   std::atomic<std::size_t> queued{0};  // queue.size(), for the worker's spin and submit()
   // A thread (the worker, or a waiter in run_queued_next()) is running
@@ -208,6 +217,11 @@ struct Communicator::Impl {
   std::atomic<bool> worker_busy{false};
   std::shared_ptr<QueueAccess> queue_access = std::make_shared<QueueAccess>(this);
   bool stopping = false;
+  // Deferred calls (CallOptions::deferred), under queue_mutex: when the last
+  // was queued, and whether the worker sleeps only until the next look at
+  // them (then their submit need not wake it).
+  std::chrono::steady_clock::time_point last_deferred{};
+  bool worker_polls = false;
   std::thread worker;
   // Held while a call uses the transport (and scratch): common/biased_lock.hpp.
   BiasedLock run_mutex;

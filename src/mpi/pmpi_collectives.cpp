@@ -17,9 +17,21 @@ constexpr DataType kBytes = DataType::uint8;
 
 bool in_place(const void* buffer) { return buffer == MPI_IN_PLACE; }
 
-// Chorus's blocking `call`, or its async form: the `start` of run().
-#define CHORUS_START(async, comm, call, ...) \
-  ((async) ? (comm).call##_async(__VA_ARGS__) : ((comm).call(__VA_ARGS__), chorus::Work{}))
+// Chorus's blocking `call`, or its async form: the `start` of run(). An
+// async call is deferred: the MPI_Wait that usually follows runs it on its
+// own thread (Work::wait_progressing()), so Chorus's worker is not woken
+// for it; an MPI_Test, or any other wait, starts it on the worker.
+const chorus::CallOptions& deferred() {
+  static const chorus::CallOptions options = [] {
+    chorus::CallOptions o;
+    o.deferred = true;
+    return o;
+  }();
+  return options;
+}
+#define CHORUS_START(async, comm, call, ...)                                      \
+  ((async) ? (comm).call##_async(__VA_OPT__(__VA_ARGS__, ) deferred())        \
+           : ((comm).call(__VA_ARGS__), chorus::Work{}))
 
 // A described datatype for a call that moves data; false sends the call
 // to MPI as invalid arguments (MPI reports what is wrong).

@@ -315,6 +315,32 @@ TEST(Communicator, AWaitWithProgressRunsTheCallHereAndProgressesWhileItWaits) {
   }));
 }
 
+// CallOptions::deferred: the worker is not woken for the call, but it
+// still runs on the worker when nobody tests or waits for it (within a few
+// ms), and a wait on a later call starts the ones before it too.
+TEST(Communicator, ADeferredCallRunsWhenNobodyWaitsAndInOrderWhenALaterOneIsWaited) {
+  expect_all_ok(run_ranks(2, [](Communicator& comm) {
+    CallOptions deferred;
+    deferred.deferred = true;
+    float x = 1;
+    Work unwatched = comm.allreduce_async(&x, &x, 1, DataType::float32, ReduceOp::sum, deferred);
+    std::atomic<bool> ended{false};
+    unwatched.on_complete([&] { ended = true; });
+    for (int ms = 0; ms < 10000 && !ended; ++ms) std::this_thread::sleep_for(1ms);  // no test(), no wait()
+    if (!ended) throw std::runtime_error("a deferred call nobody waited for did not run in 10 s");
+    if (x != 2) throw std::runtime_error("wrong sum");
+
+    std::int64_t a = comm.rank(), b = 10 * comm.rank();
+    Work first = comm.allreduce_async(&a, &a, 1, DataType::int64, ReduceOp::sum, deferred);
+    Work second = comm.allreduce_async(&b, &b, 1, DataType::int64, ReduceOp::sum, deferred);
+    if (!second.wait(20s) || !first.test()) throw std::runtime_error("the calls did not end in order");
+    if (a != 1 || b != 10) throw std::runtime_error("wrong sums");
+    Work waited = comm.allreduce_async(&a, &a, 1, DataType::int64, ReduceOp::sum, deferred);
+    waited.wait_progressing([] {});
+    if (a != 2) throw std::runtime_error("wrong sum after wait_progressing");
+  }));
+}
+
 TEST(Communicator, AsyncWorkOverlapsTheCallersComputation) {
   expect_all_ok(run_ranks(2, [](Communicator& comm) {
     std::vector<float> v(1 << 20, 1.0f);
