@@ -579,7 +579,8 @@ Work Communicator::Impl::submit_async(const core::Call& call) {
     return Work(state);
   }
   state->queue_access = queue_access;
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = call.deferred ? std::chrono::steady_clock::now()
+                                 : std::chrono::steady_clock::time_point{};
   if (call.deferred) {
     state->start_after = now + kDeferredGrace;
     state->deferred.store(true, std::memory_order_relaxed);
