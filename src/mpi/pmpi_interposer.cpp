@@ -63,8 +63,8 @@ std::optional<std::size_t> min_bytes_from_env() {
   if (end == env || *end != '\0' || env[0] == '-' || !fits || errno == ERANGE) {
     std::fprintf(stderr,
                  "chorus_pmpi: CHORUS_MPI_MIN_BYTES='%s' is not a byte count that fits (like 65536 or "
-                 "64K); using the defaults (%zu, and %zu for the nonblocking collectives)\n",
-                 env, kDefaultMinBytes, kDefaultNonblockingMinBytes);
+                 "64K); using the default (%zu)\n",
+                 env, kDefaultMinBytes);
     return std::nullopt;
   }
   return static_cast<std::size_t>(value) * scale;
@@ -123,7 +123,7 @@ void set_up(Interposer& it) {
   PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_entry, &it.keyval, nullptr);
   PMPI_Add_error_class(&it.error_class);
   if (const std::optional<std::size_t> given = min_bytes_from_env())
-    it.min_bytes = it.nonblocking_min_bytes = *given;
+    it.min_bytes = *given;
   pass_from_env(it.pass);
   it.ready.store(true, std::memory_order_release);
 }
@@ -246,11 +246,10 @@ Route reduction(MPI_Datatype datatype, MPI_Op op, Taken& taken) {
 // Past the argument checks: the size threshold, then the communicator.
 // 8-bit integer sums go to Chorus at every size: Open MPI 4.1's op/avx
 // saturates them where MPI says they wrap, and Chorus wraps.
-Route connect(Interposer& it, Collective c, std::size_t bytes, MPI_Comm comm, Taken& taken) {
+Route connect(Interposer& it, std::size_t bytes, MPI_Comm comm, Taken& taken) {
   const bool mpi_saturates = taken.reduces && taken.op == ReduceOp::sum &&
                              (taken.type == DataType::int8 || taken.type == DataType::uint8);
-  const std::size_t min_bytes = is_nonblocking(c) ? it.nonblocking_min_bytes : it.min_bytes;
-  if (bytes < min_bytes && !mpi_saturates) return Route::below_min_bytes;
+  if (bytes < it.min_bytes && !mpi_saturates) return Route::below_min_bytes;
   Route r = Route::chorus;
   taken.chorus = communicator_of(it, comm, r);
   return taken.chorus ? Route::chorus : r;
@@ -408,8 +407,7 @@ void print_counts(Interposer& it) {
             (reasons.empty() ? "" : " (" + reasons + ")") + "\n";
   }
   text += "chorus_pmpi: rank " + std::to_string(rank) + ": CHORUS_MPI_MIN_BYTES=" +
-          std::to_string(it.min_bytes) + " (nonblocking collectives: " +
-          std::to_string(it.nonblocking_min_bytes) + ")\n";
+          std::to_string(it.min_bytes) + "\n";
   std::fputs(text.c_str(), stderr);
 }
 

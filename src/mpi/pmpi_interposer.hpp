@@ -30,17 +30,13 @@ using chorus::ReduceOp;
 // p = 2, 8-128 B, AllReduce 0.93-0.98x of MPI's own time, broadcast and
 // reduce 0.62-0.80x, allgather, alltoall and reduce-scatter 0.80-0.97x;
 // from 1 KiB every collective is faster on Chorus (docs/mpi.md has the
-// measurement). 8-bit integer sums go to Chorus at every size (connect() in
-// pmpi_interposer.cpp).
+// measurement). The nonblocking collectives too, since their MPI_Wait runs
+// the call itself (wait_while_progressing()): at p = 2, 1 KiB, they run at
+// 1.08-1.96x of Open MPI's own; where ranks outnumber cores (p = 4 on 2)
+// MPI_Iallgather, _Ialltoall and _Ibcast of 1 KiB at 0.79-0.88x
+// (docs/performance.md "Thirteenth pass"). 8-bit integer sums go to Chorus
+// at every size (connect() in pmpi_interposer.cpp).
 inline constexpr std::size_t kDefaultMinBytes = 1024;
-// The same for the nonblocking collectives, whose MPI_Wait leaves the call
-// to Chorus's worker thread (it waits in slices between MPI progress, see
-// wait_while_progressing()): that hand-off costs about 8 us here, so at p =
-// 2 an MPI_Ibcast, _Ireduce, _Iallgather, _Ialltoall or
-// _Ireduce_scatter_block of 1 KiB ran at 0.16-0.28x of Open MPI's own; from
-// 64 KiB the reductions gain 2-3x (docs/performance.md "Eleventh pass").
-// A CHORUS_MPI_MIN_BYTES given sets both.
-inline constexpr std::size_t kDefaultNonblockingMinBytes = 64 << 10;
 
 // Every wrapped collective, for the counts CHORUS_MPI_VERBOSE prints.
 enum Collective {
@@ -67,10 +63,6 @@ enum Collective {
   kIbarrier,
   kCollectiveCount
 };
-constexpr bool is_nonblocking(Collective c) {
-  return c == kIallreduce || c == kIbcast || c == kIreduce || c == kIallgather ||
-         c == kIreduceScatterBlock || c == kIalltoall || c == kIbarrier;
-}
 inline constexpr const char* kCollectiveNames[kCollectiveCount] = {
     "MPI_Allreduce",  "MPI_Iallreduce",           "MPI_Bcast",
     "MPI_Ibcast",     "MPI_Reduce",               "MPI_Ireduce",
@@ -131,7 +123,6 @@ struct Interposer {
   // Set once by set_up(); read without the mutex on every call.
   std::atomic<bool> ready{false};
   std::size_t min_bytes = kDefaultMinBytes;
-  std::size_t nonblocking_min_bytes = kDefaultNonblockingMinBytes;
   bool pass[kCollectiveCount] = {};  // CHORUS_MPI_PASS: always MPI's
   // Calls by collective and route, counted (without the mutex) only when
   // verbose: the shared counter's atomic add is a tenth of what the
@@ -191,9 +182,9 @@ inline constexpr std::size_t kAnySize = static_cast<std::size_t>(-1);
 Route start(Interposer& it, MPI_Comm comm, Collective c);
 // The element type and op of a reduction over `datatype`, as Chorus's.
 Route reduction(MPI_Datatype datatype, MPI_Op op, Taken& taken);
-// At least CHORUS_MPI_MIN_BYTES (the nonblocking collectives' own default
-// where it is not set), or kAnySize, and a Chorus communicator for `comm`.
-Route connect(Interposer& it, Collective c, std::size_t bytes, MPI_Comm comm, Taken& taken);
+// At least CHORUS_MPI_MIN_BYTES, or kAnySize, and a Chorus communicator
+// for `comm`.
+Route connect(Interposer& it, std::size_t bytes, MPI_Comm comm, Taken& taken);
 int comm_size(MPI_Comm comm);
 int comm_rank(MPI_Comm comm);
 void tally(Interposer& it, Collective c, Route r);
