@@ -24,7 +24,7 @@ double us(double seconds) { return seconds * 1e6; }
 // kDeferredGrace, for its waiter to run; while such calls came within
 // kDeferredRecent, an idle worker looks at the queue every kDeferredPoll
 // instead of sleeping until woken, so that their submit need not wake it
-// (and a call nobody waits for still starts within about 2 ms).
+// (and a call nobody waits for still starts within about 11 ms).
 constexpr auto kDeferredGrace = std::chrono::milliseconds(1);
 constexpr auto kDeferredPoll = std::chrono::milliseconds(10);
 constexpr auto kDeferredRecent = std::chrono::milliseconds(100);
@@ -637,12 +637,15 @@ void QueueAccess::expedite(Work::State* target) {
 
 void Communicator::Impl::expedite(Work::State* target) {
   {
-    // The calls before it run first: they start now too.
+    // The calls before it run first: they start now too. (Not queued any
+    // more: it runs or ran, and nothing waits for it.)
     std::lock_guard lock(queue_mutex);
-    for (auto& [call, state] : queue) {
-      state->start_after = {};
-      state->deferred.store(false, std::memory_order_relaxed);
-      if (state.get() == target) break;
+    const auto it = std::find_if(queue.begin(), queue.end(),
+                                 [&](const auto& entry) { return entry.second.get() == target; });
+    if (it == queue.end()) return;
+    for (auto at = queue.begin(); at != std::next(it); ++at) {
+      at->second->start_after = {};
+      at->second->deferred.store(false, std::memory_order_relaxed);
     }
   }
   queue_cv.notify_all();
