@@ -325,7 +325,10 @@ std::optional<Failure> settle(int n, const MPI_Request* requests, bool wait) {
     if (wait) {
       lock.unlock();  // blocks without the mutex; only this thread may wait on it
       try {
-        work->wait();
+        // With MPI progressing: a peer may need this rank's other requests
+        // before it reaches the collective. (MPI calls freeing an active
+        // nonblocking collective's request erroneous; Open MPI refuses it.)
+        work->wait_progressing(progress_mpi);
       } catch (...) {
       }
       lock.lock();
