@@ -71,8 +71,9 @@ void Work::wait_progressing(const std::function<void()>& progress) {
 }
 
 std::optional<Error> Work::error() const {
-  if (!state_) return std::nullopt;
-  std::lock_guard lock(state_->mutex);
+  // Set once, by finish(), before `done`: no lock (settling a request asks
+  // this of every call that ends).
+  if (!state_ || !state_->done.load(std::memory_order_acquire)) return std::nullopt;
   return state_->error;
 }
 

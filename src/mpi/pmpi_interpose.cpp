@@ -69,8 +69,15 @@ int MPI_Finalize() {
 }
 
 int MPI_Wait(MPI_Request* request, MPI_Status* status) {
-  if (request == nullptr || !any_pending(1, request)) return PMPI_Wait(request, status);
-  auto failure = wait_while_progressing(1, request, true, [] { return false; });
+  // wait_while_progressing() for one request: one lookup before, one
+  // settle after.
+  const auto work = request != nullptr ? first_pending(1, request) : nullptr;
+  if (work == nullptr) return PMPI_Wait(request, status);
+  try {
+    work->wait_progressing(progress_mpi);
+  } catch (...) {  // the error is settle()'s to report
+  }
+  auto failure = settle(1, request, false);
   const int rc = PMPI_Wait(request, status);
   return report(std::move(failure), "MPI_Wait", rc);
 }
