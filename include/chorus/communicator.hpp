@@ -68,7 +68,7 @@ struct CallOptions {
   // leaves it alone for 1 ms, unless a test() or another wait on it comes
   // first. Where ranks outnumber cores, a worker woken for every call took
   // the cores the ranks needed (a 1 KiB MPI_Ibcast through libchorus_pmpi
-  // at p = 4 on 2 cores: 2-3x the time). Blocking calls ignore it.
+  // at p = 4 on 2 cores: 1.5-2.5x the time). Blocking calls ignore it.
   bool deferred = false;
 };
 
@@ -81,6 +81,8 @@ class CHORUS_API Work {
   Work& operator=(Work&&) noexcept;
 
   // True once the collective has ended, well or not; never blocks or throws.
+  // A deferred call (CallOptions::deferred) that is tested starts on the
+  // worker at once.
   bool test() const;
   // Blocks until the collective ends or `timeout` passes; returns whether it
   // ended. Throws its Error if it failed. A wait of at least the

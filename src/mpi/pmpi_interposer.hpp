@@ -31,10 +31,10 @@ using chorus::ReduceOp;
 // reduce 0.62-0.80x, allgather, alltoall and reduce-scatter 0.80-0.97x;
 // from 1 KiB every collective is faster on Chorus (docs/mpi.md has the
 // measurement). The nonblocking collectives too, since their MPI_Wait runs
-// the call itself (wait_while_progressing()): at p = 2, 1 KiB, they run at
-// 1.08-1.96x of Open MPI's own; where ranks outnumber cores (p = 4 on 2)
-// MPI_Iallgather, _Ialltoall and _Ibcast of 1 KiB at 0.79-0.88x
-// (docs/performance.md "Thirteenth pass"). 8-bit integer sums go to Chorus
+// the call itself: at p = 2, 1 KiB, MPI_Ibcast and the reductions run at
+// 1.14-1.96x of Open MPI's own, MPI_Iallgather and _Ialltoall at par
+// (0.90-1.10x); where ranks outnumber cores (p = 4 on 2) those two and
+// MPI_Ibcast at 0.79-1.01x (docs/performance.md "Thirteenth pass"). 8-bit integer sums go to Chorus
 // at every size (connect() in pmpi_interposer.cpp).
 inline constexpr std::size_t kDefaultMinBytes = 1024;
 
