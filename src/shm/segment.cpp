@@ -28,8 +28,9 @@ namespace chorus::shm {
 namespace {
 
 constexpr std::uint64_t kMagic = 0x43484f5255534831ull;  // "CHORUSH1"
-constexpr std::uint32_t kVersion = 4;  // 2: ring entries and retired words; 3: second counts
-                                       // consumption; 4: sleepers issue membarrier() (fenceless publishes)
+constexpr std::uint32_t kVersion = 5;  // 2: ring entries and retired words; 3: second counts
+                                       // consumption; 4: sleepers issue membarrier() (fenceless
+                                       // publishes); 5: signature digests
 constexpr std::string_view kPrefix = "chorus.";
 
 std::size_t round_up(std::size_t n) { return (n + kCacheLine - 1) / kCacheLine * kCacheLine; }
@@ -75,8 +76,11 @@ std::size_t slot_stride(std::size_t slot_bytes) { return round_up(slot_bytes); }
 std::size_t retired_offset(int size) {
   return kRecordsOffset + static_cast<std::size_t>(size) * kCacheLine;
 }
-std::size_t ring_offset(int size) {
+std::size_t digests_offset(int size) {
   return retired_offset(size) + static_cast<std::size_t>(size) * kCacheLine;
+}
+std::size_t ring_offset(int size) {
+  return digests_offset(size) + static_cast<std::size_t>(size) * kDigestStride;
 }
 std::size_t slots_offset(int size) {
   return ring_offset(size) + static_cast<std::size_t>(size) * kRingStride;
@@ -298,7 +302,10 @@ std::unique_ptr<Segment> Segment::attach(int rank, int size, std::size_t slot_by
 Segment::Segment(int rank, int size, std::size_t slot_bytes, std::string name, void* base,
                  std::size_t length, std::vector<int> members, bool fenceless, bool crowded)
     : rank_(rank), size_(size), slot_bytes_(slot_bytes), name_(std::move(name)), base_(base),
-      length_(length), ring_(static_cast<std::byte*>(base) + ring_offset(size)),
+      length_(length),
+      digests_(reinterpret_cast<std::atomic<std::uint64_t>*>(static_cast<std::byte*>(base) +
+                                                             digests_offset(size))),
+      ring_(static_cast<std::byte*>(base) + ring_offset(size)),
       slots_(static_cast<std::byte*>(base) + slots_offset(size)),
       slot_stride_(slot_stride(slot_bytes)),
       // A segment of one host's ranks within a larger communicator yields
@@ -338,6 +345,11 @@ void Segment::publish(std::uint64_t sequence, std::uint64_t bytes) {
   // ring ahead): taking the lines it is reading would stall the slower side.
   if (sequence + 1 <= kRingDepth || retired_floor_ >= sequence + 1 - kRingDepth)
     prefetch(rank_, sequence + 1, bytes, true);
+  // The same for the next line of digests when the next call begins one:
+  // always, as its readers read only digests of calls long begun
+  // (retire_compared_calls() in coll/shared_memory.cpp). An 8-byte reduce at
+  // p = 2 took 0.133 us without it, 0.117 with it (medians of 6 runs).
+  if ((sequence + 1) % kDigestsPerLine == 0) prefetch_for_write(&digest_word(rank_, sequence + 1));
 }
 
 template <class T>

@@ -3,24 +3,28 @@
 // (coll/shared_memory.hpp) and for the call check of every call.
 //
 // Layout: a header, a wake word, an abort notice, one record per rank (its
-// pid, for liveness), one "retired" word per rank, a ring of kRingDepth
-// entries per rank, and two large slots per rank. Call s writes only its
-// own rank's entry s % kRingDepth (single writer, any readers): a 32-byte
-// header (the call's sequence number, most of its signature, the bytes
-// written) followed by up to kEntryDataBytes of data, or, for more, its
-// large slot s % 2 (up to slot_bytes()), and a 16-byte tail (the rest of
-// the signature, a word for a call's second step).
+// pid, for liveness), one "retired" word per rank, kRingDepth signature
+// digests per rank, a ring of kRingDepth entries per rank, and two large
+// slots per rank. Call s writes only its own rank's entry s % kRingDepth
+// (single writer, any readers): a 32-byte header (the call's sequence
+// number, most of its signature, the bytes written) followed by up to
+// kEntryDataBytes of data, or, for more, its large slot s % 2 (up to
+// slot_bytes()), and a 16-byte tail (the rest of the signature, a word for
+// a call's second step); and its digest word s % kRingDepth.
 //
 // Reuse without reference counts or allocation: a rank reads what a call
 // wrote within that call, except one thing: every rank compares its
-// successor's signature with its own up to kRingDepth calls late (the call
-// check of the calls that read no peer's slot: a broadcast's root, a
-// reduce's other ranks), and says how far it has compared in its retired
-// word. So an entry is rewritten only once every rank has retired the call
-// it holds, and a large slot (parity) only once every rank has begun the
-// call before, which each does only after it finished reading the one
-// before that. A rooted call's writer thus runs up to kRingDepth calls
-// ahead of its readers, as MPI's eager messages let it.
+// successor's signatures with its own up to kRingDepth calls late (the
+// call check of the calls that read no peer's slot: a broadcast's root, a
+// reduce's other ranks), by their digests (each covers every call up to
+// its own, so one word read compares many calls), and says how far it has
+// compared in its retired word. So an entry is rewritten only once every
+// rank has retired the call it holds, and a large slot (parity) only once
+// every rank has begun the call before, which each does only after it
+// finished reading the one before that. A rooted call's writer thus runs
+// ahead of its readers, as MPI's eager messages let it: up to kRingDepth
+// calls less the 16-48 by which a reader's retired word trails its calls
+// (begin_slot() in coll/shared_memory.cpp).
 //
 // Waiting: a waiter polls for spin_before_sleep(), yielding when the ranks
 // are more than the CPUs they may run on between them, then sleeps on a futex in the segment that
@@ -133,6 +137,13 @@ inline constexpr std::uint64_t kRingDepth = 64;
 // header and the tail) rather than in the large slot.
 inline constexpr std::size_t kEntryBytes = 256;
 inline constexpr std::size_t kEntryDataBytes = kEntryBytes - sizeof(SlotHeader) - sizeof(EntryTail);
+// Each rank's signature digests (Segment::digest()), one word per ring
+// entry, eight calls to a cache line. Each digest covers the call's
+// signature and every earlier call's: one word read tells whether two
+// ranks agree on every call up to it.
+// A line more than the words, as kRingStride below.
+inline constexpr std::size_t kDigestsPerLine = kCacheLine / 8;
+inline constexpr std::size_t kDigestStride = kRingDepth * 8 + kCacheLine;
 // From one rank's ring to the next: a cache line more than the entries, so
 // that two ranks' entries of one call differ in their low 12 address bits
 // (a load from a peer's entry that matched this rank's last store there
@@ -184,6 +195,9 @@ class Segment {
   // zeros), written before the call is published. The rest (0 but in the
   // v-forms) is stored only when it changes: a small call then writes
   // nothing in its entry's tail.
+  //
+  // Its digest goes in this rank's digest word for the call too (written
+  // again, the call's signature replaces the one written before).
   void write_signature(std::uint64_t sequence, const void* signature) noexcept {
     static constexpr std::byte kNone[kSignatureBytes] = {};
     const auto* from = signature != nullptr ? static_cast<const std::byte*>(signature) : kNone;
@@ -191,6 +205,17 @@ class Segment {
     std::byte* rest = tail(rank_, sequence).signature_rest;
     if (std::memcmp(rest, from + kSignatureHeadBytes, kSignatureRestBytes) != 0)
       std::memcpy(rest, from + kSignatureHeadBytes, kSignatureRestBytes);
+    if (sequence != digest_call_) digest_before_ = digest_now_, digest_call_ = sequence;
+    digest_now_ = digest_of(digest_before_, from, sequence);
+    digest_word(rank_, sequence).store(digest_now_, std::memory_order_relaxed);
+  }
+  // `rank`'s digest of its signatures of every call up to `sequence`, once
+  // it has begun that call (written before it publishes): equal to this
+  // rank's when every signature is, and different, but with a chance of
+  // 2^-64, when any is not. The call number is in it, so a word of the
+  // entry's last call never passes for this one's.
+  std::uint64_t digest(int rank, std::uint64_t sequence) const noexcept {
+    return digest_word(rank, sequence).load(std::memory_order_relaxed);
   }
   // Whether `rank`'s signature of call `sequence` is `signature`
   // (kSignatureBytes): its rest, one more line to fetch, is compared only
@@ -242,24 +267,32 @@ class Segment {
   // of data: waits until every rank has retired call sequence - kRingDepth
   // (the entry's last) and, for data beyond the entry, has begun call
   // sequence - 1 (the large slot's last user was sequence - 2). `retire`
-  // runs while it waits: it must move this rank's own retired() on where
-  // it can (the calls its successor has begun since). Nearly always returns
-  // at once.
+  // runs while it waits and this rank's own retired word is the least (so
+  // some rank always runs it, and the wait ends): it must move this rank's
+  // own retired() on where it can (the calls its successor has begun
+  // since). Not otherwise: it looks at the calls its successor is writing,
+  // taking their lines from it. Nearly always returns at once.
   template <class Poll, class Retire>
   void wait_until_writable(std::uint64_t sequence, std::size_t need, transport::Deadline deadline,
                            Poll&& poll, Retire&& retire) {
     int behind = 0;
     bool ring_full = false;
+    const auto read_floor = [&] {
+      std::uint64_t floor = UINT64_MAX;
+      for (int q = 0; q < size_; ++q) {
+        const std::uint64_t r = retired_word(q).load(std::memory_order_acquire);
+        if (r < floor) floor = r, behind = q;
+      }
+      retired_floor_ = floor;
+      ring_full = floor < sequence - kRingDepth;
+    };
     auto everyone_is_done = [&] {
       if (sequence > kRingDepth && retired_floor_ < sequence - kRingDepth) {
-        retire();
-        std::uint64_t floor = UINT64_MAX;
-        for (int q = 0; q < size_; ++q) {
-          const std::uint64_t r = retired_word(q).load(std::memory_order_acquire);
-          if (r < floor) floor = r, behind = q;
+        read_floor();
+        if (ring_full && retired_ == retired_floor_) {
+          retire();
+          read_floor();
         }
-        retired_floor_ = floor;
-        ring_full = floor < sequence - kRingDepth;
         if (ring_full) return false;
       }
       if (need > kEntryDataBytes)
@@ -360,6 +393,23 @@ class Segment {
   void store_and_wake(std::atomic<T>& word, T value) noexcept;
   std::string describe_writable_wait(int behind, std::uint64_t sequence, bool ring_full) const;
   std::atomic<std::uint64_t>& retired_word(int rank) const noexcept;
+  std::atomic<std::uint64_t>& digest_word(int rank, std::uint64_t sequence) const noexcept {
+    return digests_[static_cast<std::size_t>(rank) * (kDigestStride / 8) + sequence % kRingDepth];
+  }
+  // The digest of call `sequence` of signature (kSignatureBytes) after
+  // those whose digest is `before`: a multiply-xorshift mix of the two, the
+  // signature's three words and the call number.
+  static std::uint64_t digest_of(std::uint64_t before, const std::byte* signature,
+                                 std::uint64_t sequence) noexcept {
+    std::uint64_t words[kSignatureBytes / 8];
+    std::memcpy(words, signature, sizeof words);
+    std::uint64_t h = (before ^ sequence) * 0x9e3779b97f4a7c15ull;
+    for (const std::uint64_t w : words) {
+      h = (h ^ w) * 0xbf58476d1ce4e5b9ull;
+      h ^= h >> 31;
+    }
+    return h;
+  }
 
   static constexpr int kFastSpins = 64;
   const int rank_, size_;
@@ -367,11 +417,15 @@ class Segment {
   const std::string name_;
   void* const base_;
   const std::size_t length_;
+  std::atomic<std::uint64_t>* const digests_;  // rank 0's first digest word
   std::byte* const ring_;           // rank 0's first ring entry
   std::byte* const slots_;          // rank 0's first large slot
   const std::size_t slot_stride_;  // from one large slot to the next
   std::uint64_t retired_ = 0;       // this rank's retired word, as last written
   std::uint64_t retired_floor_ = 0;  // the least retired word of any rank, as last read
+  // This rank's digests (digest()): of the calls before digest_call_, and of
+  // those and digest_call_'s signature as last written.
+  std::uint64_t digest_before_ = 0, digest_now_ = 0, digest_call_ = 0;
   // More ranks than the CPUs their affinities allow between them (or see
   // the constructor): waits yield.
   bool oversubscribed_ = false;

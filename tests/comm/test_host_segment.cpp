@@ -200,6 +200,37 @@ TEST(HostSegment, CallsThatReadNoPeerAreComparedLaterAndStillFailNamingBoth) {
   EXPECT_TRUE(named) << outcomes[0].message << "\n" << outcomes[1].message;
 }
 
+// The later comparison reads digests that cover every call up to theirs
+// (shm/segment.hpp), many calls at once: one call that differs among many
+// that agree, and that no rank reads (a broadcast's root, a reduce's other
+// rank), is still found, and named by its number, with agreeing calls
+// before and after it.
+TEST(HostSegment, OneDifferentCallAmongManyIsFoundByTheDigestsAndNamed) {
+  constexpr int kDifferent = 37;  // not at a batch's edge
+  Options options;
+  options.timeout = std::chrono::seconds(20);
+  const auto outcomes = testing::run_ranks(3, [&](Communicator& comm) {
+    std::vector<float> v(4, 1.0f);
+    for (int call = 1; call <= kDifferent + 3 * static_cast<int>(shm::kRingDepth); ++call) {
+      if (call == kDifferent && comm.rank() == 1)
+        comm.reduce(v.data(), nullptr, 4, DataType::float32, ReduceOp::sum, 0);
+      else
+        comm.broadcast(v.data(), 4, DataType::float32, 0);
+    }
+  }, options);
+  bool named = false;
+  for (const auto& o : outcomes) {
+    EXPECT_TRUE(o.failed);
+    EXPECT_TRUE(o.code == ErrorCode::mismatched_collective || o.code == ErrorCode::peer_failure)
+        << o.message;
+    named = named || (o.message.find("call #" + std::to_string(kDifferent)) != std::string::npos &&
+                      o.message.find("called broadcast(count=4, float32, root=0") != std::string::npos &&
+                      o.message.find("called reduce(count=4, float32, sum, root=0") != std::string::npos);
+  }
+  EXPECT_TRUE(named) << outcomes[0].message << "\n" << outcomes[1].message << "\n"
+                     << outcomes[2].message;
+}
+
 // A rooted call's writer runs ahead of its readers by up to kRingDepth
 // calls, no further: right results however far behind the readers are.
 TEST(HostSegment, ARootRunsAheadOfSlowReadersAndEveryCallArrives) {
