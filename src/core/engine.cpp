@@ -727,7 +727,9 @@ void Communicator::Impl::worker_loop() {
       queue_cv.wait_for(lock, kPointToPointPoll, ready);
     } else if (!queue.empty() && !worker_busy.load() && !front_due()) {
       worker_polls = true;  // a deferred call's time: its waiter may run it first
-      queue_cv.wait_until(lock, queue.front().second->start_after, woken);
+      // A copy: the waiter may run the call and free its state meanwhile.
+      const auto due = queue.front().second->start_after;
+      queue_cv.wait_until(lock, due, woken);
       worker_polls = false;
     } else if (queue.empty() && SteadyClock::now() - last_deferred < kDeferredRecent) {
       worker_polls = true;
