@@ -112,6 +112,9 @@ struct Communicator::Impl {
   std::optional<Error> error() const;
   Counters counters() const;
   const coll::CostModel& cost_model() const { return selector->model(); }
+  // Deferred calls whose submit woke the worker (tests: only the first of a
+  // run of them should).
+  std::uint64_t deferred_calls_that_woke_the_worker() const { return deferred_wakes.load(); }
   const std::string& cost_model_origin() const { return cost_model_source; }
 
   std::shared_ptr<bootstrap::Store> store;  // outlives the transport
@@ -222,6 +225,14 @@ struct Communicator::Impl {
   // them (then their submit need not wake it).
   std::chrono::steady_clock::time_point last_deferred{};
   bool worker_polls = false;
+  // A submit has notified the worker, which has not waited since: later
+  // submits need not (under queue_mutex). Woken but not yet run (ranks on
+  // every core), the worker was notified by every submit, each a system
+  // call. `submitted` counts the submits; each of the worker's waits ends
+  // at one it was notified of.
+  bool worker_notified = false;
+  std::uint64_t submitted = 0;
+  std::atomic<std::uint64_t> deferred_wakes{0};  // deferred_calls_that_woke_the_worker()
   std::thread worker;
   // Held while a call uses the transport (and scratch): common/biased_lock.hpp.
   BiasedLock run_mutex;

@@ -2,6 +2,7 @@
 // API, the selector, counters, async work in order, argument checks, and the
 // failure rules (mismatch, poisoning, abort, deadline).
 #include "common/logging.hpp"
+#include "core/engine.hpp"
 #include "local_ranks.hpp"
 
 #include <chorus/chorus.h>
@@ -349,6 +350,31 @@ TEST(Communicator, ADeferredCallRunsWhenNobodyWaitsAndInOrderWhenALaterOneIsWait
     Work waited = comm.allreduce_async(&a, &a, 1, DataType::int64, ReduceOp::sum, deferred);
     waited.wait_progressing([] {});
     if (a != 2) throw std::runtime_error("wrong sum after wait_progressing");
+  }));
+}
+
+// The worker, idle for longer than it polls for deferred calls, is woken by
+// the first of a new run of them, and then looks at them on its own time:
+// the later ones' submits do not wake it again (each such wake-up cost an
+// 8-byte call through libchorus_pmpi 2-3 us).
+TEST(Communicator, AnIdleWorkerIsWokenByTheFirstOfARunOfDeferredCallsOnly) {
+  expect_all_ok(run_ranks(2, [](Communicator& comm) {
+    CallOptions deferred;
+    deferred.deferred = true;
+    float x = 1;
+    comm.allreduce_async(&x, &x, 1, DataType::float32, ReduceOp::sum, deferred).wait_progressing([] {});
+    std::this_thread::sleep_for(300ms);  // beyond the 100 ms in which it polls
+    const auto& engine = CommunicatorAccess::engine(comm);
+    const std::uint64_t before = engine.deferred_calls_that_woke_the_worker();
+    constexpr int kCalls = 200;
+    for (int i = 0; i < kCalls; ++i)
+      comm.allreduce_async(&x, &x, 1, DataType::float32, ReduceOp::sum, deferred).wait_progressing([] {});
+    const std::uint64_t wakes = engine.deferred_calls_that_woke_the_worker() - before;
+    // The first; a few more where a call came while the worker spun after
+    // a look (it does not poll then).
+    if (wakes > kCalls / 10)
+      throw std::runtime_error(std::to_string(wakes) + " of " + std::to_string(kCalls) +
+                               " deferred calls woke the worker");
   }));
 }
 
