@@ -176,6 +176,26 @@ TEST(HostSegment, RanksCallingDifferentlyFailNamingBothCalls) {
 // up to kRingDepth calls later. Here every rank is such a writer (rank 0
 // roots a broadcast, rank 1 sends to a reduce's root 0), so neither call
 // fails at once: a later call must, naming both, and no rank may hang.
+// Every rank failed, and one named call #`call`: a broadcast of 4 floats
+// from root 0 on one rank, a reduce of them to root 0 on another. The rank
+// that compared names both calls; the others may instead learn that it
+// failed (its abort notice), whichever they see first.
+void expect_broadcast_and_reduce_named(const std::vector<testing::RankOutcome>& outcomes,
+                                       int call) {
+  bool named = false;
+  std::string messages;
+  for (const auto& o : outcomes) {
+    EXPECT_TRUE(o.failed);
+    EXPECT_TRUE(o.code == ErrorCode::mismatched_collective || o.code == ErrorCode::peer_failure)
+        << o.message;
+    named = named || (o.message.find("call #" + std::to_string(call)) != std::string::npos &&
+                      o.message.find("called broadcast(count=4, float32, root=0") != std::string::npos &&
+                      o.message.find("called reduce(count=4, float32, sum, root=0") != std::string::npos);
+    messages += o.message + "\n";
+  }
+  EXPECT_TRUE(named) << messages;
+}
+
 TEST(HostSegment, CallsThatReadNoPeerAreComparedLaterAndStillFailNamingBoth) {
   Options options;
   options.timeout = std::chrono::seconds(20);
@@ -186,18 +206,7 @@ TEST(HostSegment, CallsThatReadNoPeerAreComparedLaterAndStillFailNamingBoth) {
     for (std::uint64_t i = 0; i < 2 * shm::kRingDepth; ++i)
       comm.allreduce(v.data(), sum.data(), 4, DataType::float32, ReduceOp::sum);
   }, options);
-  bool named = false;
-  for (const auto& o : outcomes) {
-    EXPECT_TRUE(o.failed);
-    // The rank that compared names both calls; the other may instead learn
-    // that it failed (its abort notice), whichever it sees first.
-    EXPECT_TRUE(o.code == ErrorCode::mismatched_collective || o.code == ErrorCode::peer_failure)
-        << o.message;
-    named = named || (o.message.find("call #1") != std::string::npos &&
-                      o.message.find("called broadcast(count=4, float32, root=0") != std::string::npos &&
-                      o.message.find("called reduce(count=4, float32, sum, root=0") != std::string::npos);
-  }
-  EXPECT_TRUE(named) << outcomes[0].message << "\n" << outcomes[1].message;
+  expect_broadcast_and_reduce_named(outcomes, 1);
 }
 
 // The later comparison reads digests that cover every call up to theirs
@@ -218,17 +227,7 @@ TEST(HostSegment, OneDifferentCallAmongManyIsFoundByTheDigestsAndNamed) {
         comm.broadcast(v.data(), 4, DataType::float32, 0);
     }
   }, options);
-  bool named = false;
-  for (const auto& o : outcomes) {
-    EXPECT_TRUE(o.failed);
-    EXPECT_TRUE(o.code == ErrorCode::mismatched_collective || o.code == ErrorCode::peer_failure)
-        << o.message;
-    named = named || (o.message.find("call #" + std::to_string(kDifferent)) != std::string::npos &&
-                      o.message.find("called broadcast(count=4, float32, root=0") != std::string::npos &&
-                      o.message.find("called reduce(count=4, float32, sum, root=0") != std::string::npos);
-  }
-  EXPECT_TRUE(named) << outcomes[0].message << "\n" << outcomes[1].message << "\n"
-                     << outcomes[2].message;
+  expect_broadcast_and_reduce_named(outcomes, kDifferent);
 }
 
 // A rooted call's writer runs ahead of its readers by up to kRingDepth
