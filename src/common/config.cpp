@@ -20,7 +20,7 @@ constexpr VariableInfo kVariables[] = {
     {V::debug, "CHORUS_DEBUG", "WARN", "log level: NONE, WARN, INFO, TRACE"},
     {V::job_id, "CHORUS_JOB_ID", "the launcher's job id, if any",
      "the job's name at a shared store: keys of other jobs are not seen"},
-    {V::mpi_min_bytes, "CHORUS_MPI_MIN_BYTES", "1024",
+    {V::mpi_min_bytes, "CHORUS_MPI_MIN_BYTES", "1024 (0 for MPI_Allreduce, _Allgather, _Alltoall, _Reduce_scatter(_block))",
      "libchorus_pmpi: smaller calls stay with MPI (8-bit integer sums never do)"},
     {V::mpi_pass, "CHORUS_MPI_PASS", "",
      "libchorus_pmpi: MPI function names whose calls always stay with MPI"},

@@ -88,7 +88,7 @@ int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype dataty
   if (r == Route::chorus && (count < 0 || (count > 0 && recvbuf == nullptr)))
     r = Route::invalid_arguments;
   if (r == Route::chorus) r = reduction(datatype, op, taken);
-  if (r == Route::chorus) r = connect(it, bytes_of(count, taken.info), comm, taken);
+  if (r == Route::chorus) r = connect(it, c, bytes_of(count, taken.info), comm, taken);
   tally(it, c, r);
   if (r != Route::chorus)
     return request ? PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request)
@@ -127,7 +127,7 @@ int reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
                              (in_place(sendbuf) && comm_rank(comm) != root)))
     r = Route::invalid_arguments;
   if (r == Route::chorus) r = reduction(datatype, op, taken);
-  if (r == Route::chorus) r = connect(it, bytes_of(count, taken.info), comm, taken);
+  if (r == Route::chorus) r = connect(it, c, bytes_of(count, taken.info), comm, taken);
   tally(it, c, r);
   if (r != Route::chorus)
     return request ? PMPI_Ireduce(sendbuf, recvbuf, count, datatype, op, root, comm, request)
@@ -172,7 +172,7 @@ int reduce_scatter(const void* sendbuf, void* recvbuf, int count, const int* cou
       r == Route::chorus ? (counts ? total_items(counts, p) : static_cast<std::size_t>(count) * p) : 0;
   // The input is staged as one block of int items (every rank knows `items`).
   if (r == Route::chorus && items > static_cast<std::size_t>(INT_MAX)) r = Route::too_large;
-  if (r == Route::chorus) r = connect(it, items * taken.info.size, comm, taken);
+  if (r == Route::chorus) r = connect(it, which, items * taken.info.size, comm, taken);
   tally(it, which, r);
   if (r != Route::chorus) {
     if (counts) return PMPI_Reduce_scatter(sendbuf, recvbuf, counts, datatype, op, comm);
@@ -233,7 +233,7 @@ int bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm com
   Route r = start(it, comm, c);
   if (r == Route::chorus && (count < 0 || !valid_root(root, comm) || !describe_into(datatype, taken.info)))
     r = Route::invalid_arguments;
-  if (r == Route::chorus) r = connect(it, bytes_of(count, taken.info), comm, taken);
+  if (r == Route::chorus) r = connect(it, c, bytes_of(count, taken.info), comm, taken);
   tally(it, c, r);
   if (r != Route::chorus)
     return request ? PMPI_Ibcast(buffer, count, datatype, root, comm, request)
@@ -269,7 +269,7 @@ Route route_exchange(Interposer& it, Collective c, const void* sendbuf, int send
     r = Route::invalid_arguments;
   if (r != Route::chorus) return r;
   p = comm_size(comm);
-  return connect(it, bytes_of(recvcount, taken.info) * static_cast<std::size_t>(p), comm,
+  return connect(it, c, bytes_of(recvcount, taken.info) * static_cast<std::size_t>(p), comm,
                  taken);
 }
 
@@ -346,7 +346,7 @@ int allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* 
     r = Route::invalid_arguments;
   // Every rank passes every count: the total is known alike everywhere.
   if (r == Route::chorus)
-    r = connect(it, total_items(recvcounts, p) * taken.info.size, comm, taken);
+    r = connect(it, kAllgatherv, total_items(recvcounts, p) * taken.info.size, comm, taken);
   tally(it, kAllgatherv, r);
   if (r != Route::chorus)
     return PMPI_Allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm);
@@ -419,7 +419,7 @@ int alltoallv(const void* sendbuf, const int* sendcounts, const int* sdispls,
         (!valid_blocks(sendcounts, sdispls, p) || !describe_into(sendtype, send_info)))))
     r = Route::invalid_arguments;
   // Each rank knows only its own counts: no size threshold.
-  if (r == Route::chorus) r = connect(it, kAnySize, comm, taken);
+  if (r == Route::chorus) r = connect(it, kAlltoallv, kAnySize, comm, taken);
   tally(it, kAlltoallv, r);
   if (r != Route::chorus)
     return PMPI_Alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls,
@@ -461,7 +461,7 @@ int gather(Collective which, const void* sendbuf, int sendcount, MPI_Datatype se
   if (which == kGather)
     bytes = static_cast<std::size_t>(p) *
             (at_root ? bytes_of(recvcount, taken.info) : bytes_of(sendcount, send_info));
-  if (r == Route::chorus) r = connect(it, bytes, comm, taken);
+  if (r == Route::chorus) r = connect(it, which, bytes, comm, taken);
   tally(it, which, r);
   if (r != Route::chorus) {
     if (which == kGatherv)
@@ -515,7 +515,7 @@ int scatter(Collective which, const void* sendbuf, int sendcount, const int* cou
   if (which == kScatter)
     bytes = static_cast<std::size_t>(p) *
             (at_root ? bytes_of(sendcount, send_info) : bytes_of(recvcount, taken.info));
-  if (r == Route::chorus) r = connect(it, bytes, comm, taken);
+  if (r == Route::chorus) r = connect(it, which, bytes, comm, taken);
   tally(it, which, r);
   if (r != Route::chorus) {
     if (which == kScatterv)
@@ -551,7 +551,7 @@ int barrier(MPI_Comm comm, MPI_Request* request) {
   Taken taken;
   const Collective c = request ? kIbarrier : kBarrier;
   Route r = start(it, comm, c);
-  if (r == Route::chorus) r = connect(it, 0, comm, taken);
+  if (r == Route::chorus) r = connect(it, c, 0, comm, taken);
   tally(it, c, r);
   if (r != Route::chorus) return request ? PMPI_Ibarrier(comm, request) : PMPI_Barrier(comm);
   return run(

@@ -122,8 +122,11 @@ void set_up(Interposer& it) {
   if (it.ready.load(std::memory_order_acquire)) return;
   PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_entry, &it.keyval, nullptr);
   PMPI_Add_error_class(&it.error_class);
-  if (const std::optional<std::size_t> given = min_bytes_from_env())
-    it.min_bytes = *given;
+  const std::optional<std::size_t> given = min_bytes_from_env();
+  for (std::size_t& min : it.min_bytes) min = given.value_or(kDefaultMinBytes);
+  if (!given)
+    for (const Collective c : kEverySize) it.min_bytes[c] = 0;
+  it.min_bytes_given = given.has_value();
   pass_from_env(it.pass);
   it.ready.store(true, std::memory_order_release);
 }
@@ -246,10 +249,10 @@ Route reduction(MPI_Datatype datatype, MPI_Op op, Taken& taken) {
 // Past the argument checks: the size threshold, then the communicator.
 // 8-bit integer sums go to Chorus at every size: Open MPI 4.1's op/avx
 // saturates them where MPI says they wrap, and Chorus wraps.
-Route connect(Interposer& it, std::size_t bytes, MPI_Comm comm, Taken& taken) {
+Route connect(Interposer& it, Collective c, std::size_t bytes, MPI_Comm comm, Taken& taken) {
   const bool mpi_saturates = taken.reduces && taken.op == ReduceOp::sum &&
                              (taken.type == DataType::int8 || taken.type == DataType::uint8);
-  if (bytes < it.min_bytes && !mpi_saturates) return Route::below_min_bytes;
+  if (bytes < it.min_bytes[c] && !mpi_saturates) return Route::below_min_bytes;
   Route r = Route::chorus;
   taken.chorus = communicator_of(it, comm, r);
   return taken.chorus ? Route::chorus : r;
@@ -410,7 +413,13 @@ void print_counts(Interposer& it) {
             (reasons.empty() ? "" : " (" + reasons + ")") + "\n";
   }
   text += "chorus_pmpi: rank " + std::to_string(rank) + ": CHORUS_MPI_MIN_BYTES=" +
-          std::to_string(it.min_bytes) + "\n";
+          std::to_string(it.min_bytes[kBcast]);
+  if (!it.min_bytes_given) {
+    text += " (0 for";
+    for (const Collective c : kEverySize) text += std::string(" ") + kCollectiveNames[c];
+    text += ")";
+  }
+  text += "\n";
   std::fputs(text.c_str(), stderr);
 }
 

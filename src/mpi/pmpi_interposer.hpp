@@ -27,15 +27,16 @@ using chorus::ReduceOp;
 
 // Below this many bytes Open MPI's shared-memory path is as fast or faster
 // on one host even against Chorus's host segment: through this library at
-// p = 2, 8-128 B, AllReduce 0.93-0.98x of MPI's own time, broadcast and
-// reduce 0.62-0.80x, allgather, alltoall and reduce-scatter 0.80-0.97x;
-// from 1 KiB every collective is faster on Chorus (docs/mpi.md has the
-// measurement). The nonblocking collectives too, since their MPI_Wait runs
-// the call itself: at p = 2, 1 KiB, MPI_Ibcast and the reductions run at
-// 1.14-1.96x of Open MPI's own, MPI_Iallgather and _Ialltoall at par
-// (0.90-1.10x); where ranks outnumber cores (p = 4 on 2) those two and
-// MPI_Ibcast at 0.79-1.01x (docs/performance.md "Thirteenth pass"). 8-bit integer sums go to Chorus
-// at every size (connect() in pmpi_interposer.cpp).
+// p = 2, 8 B, the rooted calls (MPI_Bcast, MPI_Reduce, MPI_Gather,
+// MPI_Scatter) and most nonblocking ones run at 0.55-0.93x of Open MPI's
+// own time; from 1 KiB every collective is faster on Chorus (docs/mpi.md
+// has the measurements). The nonblocking collectives too, since their
+// MPI_Wait runs the call itself: at p = 2, 1 KiB, MPI_Ibcast and the
+// reductions run at 1.14-1.96x of Open MPI's own, MPI_Iallgather and
+// _Ialltoall at par (0.90-1.10x); where ranks outnumber cores (p = 4 on 2)
+// those two and MPI_Ibcast at 0.79-1.01x (docs/performance.md "Thirteenth
+// pass"). 8-bit integer sums go to Chorus at every size (connect() in
+// pmpi_interposer.cpp), and so do the collectives of kEverySize.
 inline constexpr std::size_t kDefaultMinBytes = 1024;
 
 // Every wrapped collective, for the counts CHORUS_MPI_VERBOSE prints.
@@ -63,6 +64,15 @@ enum Collective {
   kIbarrier,
   kCollectiveCount
 };
+// The blocking collectives that go to Chorus at every size by default (no
+// threshold): through this library at 8-512 B,
+// MPI_Allreduce runs at 1.03-1.86x of Open MPI's own time at p = 2 and
+// 1.21-2.49x at p = 4; MPI_Allgather, MPI_Alltoall and
+// MPI_Reduce_scatter_block of 8 and 128 B at 1.09-1.35x and 1.18-2.2x, and
+// MPI_Reduce_scatter of 8 B at 1.05x and 1.95x (docs/performance.md
+// "Fourteenth pass"). CHORUS_MPI_MIN_BYTES, when set, applies to them too.
+inline constexpr Collective kEverySize[] = {kAllreduce, kAllgather, kAlltoall,
+                                           kReduceScatterBlock, kReduceScatter};
 inline constexpr const char* kCollectiveNames[kCollectiveCount] = {
     "MPI_Allreduce",  "MPI_Iallreduce",           "MPI_Bcast",
     "MPI_Ibcast",     "MPI_Reduce",               "MPI_Ireduce",
@@ -122,7 +132,10 @@ struct Interposer {
   const bool verbose = verbose_from_env();
   // Set once by set_up(); read without the mutex on every call.
   std::atomic<bool> ready{false};
-  std::size_t min_bytes = kDefaultMinBytes;
+  // Per collective: kDefaultMinBytes, 0 for kEverySize; CHORUS_MPI_MIN_BYTES
+  // for all when set.
+  std::size_t min_bytes[kCollectiveCount] = {};
+  bool min_bytes_given = false;
   bool pass[kCollectiveCount] = {};  // CHORUS_MPI_PASS: always MPI's
   // Calls by collective and route, counted (without the mutex) only when
   // verbose: the shared counter's atomic add is a tenth of what the
@@ -182,9 +195,9 @@ inline constexpr std::size_t kAnySize = static_cast<std::size_t>(-1);
 Route start(Interposer& it, MPI_Comm comm, Collective c);
 // The element type and op of a reduction over `datatype`, as Chorus's.
 Route reduction(MPI_Datatype datatype, MPI_Op op, Taken& taken);
-// At least CHORUS_MPI_MIN_BYTES, or kAnySize, and a Chorus communicator
-// for `comm`.
-Route connect(Interposer& it, std::size_t bytes, MPI_Comm comm, Taken& taken);
+// At least collective `c`'s CHORUS_MPI_MIN_BYTES, or kAnySize, and a
+// Chorus communicator for `comm`.
+Route connect(Interposer& it, Collective c, std::size_t bytes, MPI_Comm comm, Taken& taken);
 int comm_size(MPI_Comm comm);
 int comm_rank(MPI_Comm comm);
 void tally(Interposer& it, Collective c, Route r);
