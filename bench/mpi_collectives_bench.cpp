@@ -11,9 +11,12 @@
 // call is the slowest rank's mean over the timed iterations (after a
 // warm-up), and busbw follows nccl-tests: algbw (the call's bytes over its
 // time) times (p - 1) / p for the gathers, scatters, all-to-alls and
-// reduce-scatters, algbw itself for broadcast and reduce. Nonblocking calls
-// are timed from their start to MPI_Wait's return. bench/mpi_report.py
-// --collectives reads two or more of these CSV files.
+// reduce-scatters, 2 (p - 1) / p for AllReduce, algbw itself for broadcast
+// and reduce. Nonblocking calls are timed from their start to MPI_Wait's
+// return. (The blocking AllReduce, broadcast, reduce, allgather, alltoall,
+// reduce-scatter-block and barrier rows came with the fourteenth pass,
+// docs/performance.md.) bench/mpi_collectives_report.py reads two or more
+// of these CSV files.
 #include <mpi.h>
 
 #include <algorithm>
@@ -28,7 +31,7 @@ namespace {
 
 struct Call {
   const char* name;
-  bool v_form_or_rooted_busbw;  // busbw = algbw * (p - 1) / p (else algbw)
+  double (*bus_factor)(int p);  // busbw = algbw * this, as nccl-tests count
   std::function<void(int block_ints)> run;
   // Bytes one call moves, for algbw: `block` bytes per rank (or in all).
   std::size_t (*bytes)(std::size_t block, int p);
@@ -36,6 +39,12 @@ struct Call {
 
 std::size_t per_rank(std::size_t block, int p) { return block * static_cast<std::size_t>(p); }
 std::size_t whole(std::size_t block, int) { return block; }
+// The gathers, scatters, all-to-alls and reduce-scatters: (p - 1) / p;
+// AllReduce: twice that; broadcast and reduce: 1; barrier: 0.
+double shared(int p) { return static_cast<double>(p - 1) / p; }
+double twice_shared(int p) { return 2.0 * (p - 1) / p; }
+double one(int) { return 1; }
+double none(int) { return 0; }
 
 }  // namespace
 
@@ -64,19 +73,26 @@ int main(int argc, char** argv) {
   auto wait = [](MPI_Request r) { MPI_Wait(&r, MPI_STATUS_IGNORE); };
   const int root = 0;
   const std::vector<Call> calls = {
-      {"MPI_Allgatherv", true, [&](int n) { uniform(n); MPI_Allgatherv(send.data(), n, MPI_INT, recv.data(), counts.data(), displs.data(), MPI_INT, MPI_COMM_WORLD); }, per_rank},
-      {"MPI_Reduce_scatter", true, [&](int n) { uniform(n); MPI_Reduce_scatter(send.data(), recv.data(), counts.data(), MPI_INT, MPI_SUM, MPI_COMM_WORLD); }, per_rank},
-      {"MPI_Alltoallv", true, [&](int n) { uniform(n); MPI_Alltoallv(send.data(), counts.data(), displs.data(), MPI_INT, recv.data(), counts.data(), displs.data(), MPI_INT, MPI_COMM_WORLD); }, per_rank},
-      {"MPI_Gather", true, [&](int n) { MPI_Gather(send.data(), n, MPI_INT, recv.data(), n, MPI_INT, root, MPI_COMM_WORLD); }, per_rank},
-      {"MPI_Gatherv", true, [&](int n) { uniform(n); MPI_Gatherv(send.data(), n, MPI_INT, recv.data(), counts.data(), displs.data(), MPI_INT, root, MPI_COMM_WORLD); }, per_rank},
-      {"MPI_Scatter", true, [&](int n) { MPI_Scatter(send.data(), n, MPI_INT, recv.data(), n, MPI_INT, root, MPI_COMM_WORLD); }, per_rank},
-      {"MPI_Scatterv", true, [&](int n) { uniform(n); MPI_Scatterv(send.data(), counts.data(), displs.data(), MPI_INT, recv.data(), n, MPI_INT, root, MPI_COMM_WORLD); }, per_rank},
-      {"MPI_Ibcast", false, [&](int n) { MPI_Request r; MPI_Ibcast(send.data(), n, MPI_INT, root, MPI_COMM_WORLD, &r); wait(r); }, whole},
-      {"MPI_Ireduce", false, [&](int n) { MPI_Request r; MPI_Ireduce(send.data(), recv.data(), n, MPI_INT, MPI_SUM, root, MPI_COMM_WORLD, &r); wait(r); }, whole},
-      {"MPI_Iallgather", true, [&](int n) { MPI_Request r; MPI_Iallgather(send.data(), n, MPI_INT, recv.data(), n, MPI_INT, MPI_COMM_WORLD, &r); wait(r); }, per_rank},
-      {"MPI_Ireduce_scatter_block", true, [&](int n) { MPI_Request r; MPI_Ireduce_scatter_block(send.data(), recv.data(), n, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &r); wait(r); }, per_rank},
-      {"MPI_Ialltoall", true, [&](int n) { MPI_Request r; MPI_Ialltoall(send.data(), n, MPI_INT, recv.data(), n, MPI_INT, MPI_COMM_WORLD, &r); wait(r); }, per_rank},
-      {"MPI_Ibarrier", false, [&](int) { MPI_Request r; MPI_Ibarrier(MPI_COMM_WORLD, &r); wait(r); }, whole},
+      {"MPI_Allreduce", twice_shared, [&](int n) { MPI_Allreduce(send.data(), recv.data(), n, MPI_INT, MPI_SUM, MPI_COMM_WORLD); }, whole},
+      {"MPI_Bcast", one, [&](int n) { MPI_Bcast(send.data(), n, MPI_INT, root, MPI_COMM_WORLD); }, whole},
+      {"MPI_Reduce", one, [&](int n) { MPI_Reduce(send.data(), recv.data(), n, MPI_INT, MPI_SUM, root, MPI_COMM_WORLD); }, whole},
+      {"MPI_Allgather", shared, [&](int n) { MPI_Allgather(send.data(), n, MPI_INT, recv.data(), n, MPI_INT, MPI_COMM_WORLD); }, per_rank},
+      {"MPI_Alltoall", shared, [&](int n) { MPI_Alltoall(send.data(), n, MPI_INT, recv.data(), n, MPI_INT, MPI_COMM_WORLD); }, per_rank},
+      {"MPI_Reduce_scatter_block", shared, [&](int n) { MPI_Reduce_scatter_block(send.data(), recv.data(), n, MPI_INT, MPI_SUM, MPI_COMM_WORLD); }, per_rank},
+      {"MPI_Barrier", none, [&](int) { MPI_Barrier(MPI_COMM_WORLD); }, whole},
+      {"MPI_Allgatherv", shared, [&](int n) { uniform(n); MPI_Allgatherv(send.data(), n, MPI_INT, recv.data(), counts.data(), displs.data(), MPI_INT, MPI_COMM_WORLD); }, per_rank},
+      {"MPI_Reduce_scatter", shared, [&](int n) { uniform(n); MPI_Reduce_scatter(send.data(), recv.data(), counts.data(), MPI_INT, MPI_SUM, MPI_COMM_WORLD); }, per_rank},
+      {"MPI_Alltoallv", shared, [&](int n) { uniform(n); MPI_Alltoallv(send.data(), counts.data(), displs.data(), MPI_INT, recv.data(), counts.data(), displs.data(), MPI_INT, MPI_COMM_WORLD); }, per_rank},
+      {"MPI_Gather", shared, [&](int n) { MPI_Gather(send.data(), n, MPI_INT, recv.data(), n, MPI_INT, root, MPI_COMM_WORLD); }, per_rank},
+      {"MPI_Gatherv", shared, [&](int n) { uniform(n); MPI_Gatherv(send.data(), n, MPI_INT, recv.data(), counts.data(), displs.data(), MPI_INT, root, MPI_COMM_WORLD); }, per_rank},
+      {"MPI_Scatter", shared, [&](int n) { MPI_Scatter(send.data(), n, MPI_INT, recv.data(), n, MPI_INT, root, MPI_COMM_WORLD); }, per_rank},
+      {"MPI_Scatterv", shared, [&](int n) { uniform(n); MPI_Scatterv(send.data(), counts.data(), displs.data(), MPI_INT, recv.data(), n, MPI_INT, root, MPI_COMM_WORLD); }, per_rank},
+      {"MPI_Ibcast", one, [&](int n) { MPI_Request r; MPI_Ibcast(send.data(), n, MPI_INT, root, MPI_COMM_WORLD, &r); wait(r); }, whole},
+      {"MPI_Ireduce", one, [&](int n) { MPI_Request r; MPI_Ireduce(send.data(), recv.data(), n, MPI_INT, MPI_SUM, root, MPI_COMM_WORLD, &r); wait(r); }, whole},
+      {"MPI_Iallgather", shared, [&](int n) { MPI_Request r; MPI_Iallgather(send.data(), n, MPI_INT, recv.data(), n, MPI_INT, MPI_COMM_WORLD, &r); wait(r); }, per_rank},
+      {"MPI_Ireduce_scatter_block", shared, [&](int n) { MPI_Request r; MPI_Ireduce_scatter_block(send.data(), recv.data(), n, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &r); wait(r); }, per_rank},
+      {"MPI_Ialltoall", shared, [&](int n) { MPI_Request r; MPI_Ialltoall(send.data(), n, MPI_INT, recv.data(), n, MPI_INT, MPI_COMM_WORLD, &r); wait(r); }, per_rank},
+      {"MPI_Ibarrier", none, [&](int) { MPI_Request r; MPI_Ibarrier(MPI_COMM_WORLD, &r); wait(r); }, whole},
   };
   const int sizes[] = {8, 1024, 64 << 10, 1 << 20};  // bytes per block
   const char* preload = std::getenv("LD_PRELOAD");
@@ -91,7 +107,7 @@ int main(int argc, char** argv) {
                 "call", "bytes", "time (us)", "busbw (GB/s)");
   for (const Call& call : calls) {
     for (int bytes : sizes) {
-      if (std::strcmp(call.name, "MPI_Ibarrier") == 0 && bytes != sizes[0]) continue;
+      if (call.bus_factor == none && bytes != sizes[0]) continue;  // the barriers: one size
       const int n = bytes / 4 > 0 ? bytes / 4 : 1;
       const int iters = std::max(10, bytes >= (64 << 10) ? iters_small / 25 : iters_small);
       for (int i = 0; i < std::max(3, iters / 10); ++i) call.run(n);  // warm-up
@@ -102,9 +118,7 @@ int main(int argc, char** argv) {
       MPI_Reduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
       if (rank != 0) continue;
       const std::size_t block = static_cast<std::size_t>(n) * 4;
-      double busbw = static_cast<double>(call.bytes(block, p)) / slowest / 1e9;
-      if (call.v_form_or_rooted_busbw) busbw *= static_cast<double>(p - 1) / p;
-      if (std::strcmp(call.name, "MPI_Ibarrier") == 0) busbw = 0;
+      const double busbw = static_cast<double>(call.bytes(block, p)) / slowest / 1e9 * call.bus_factor(p);
       std::printf("  %-26s %10zu %12.2f %12.3f\n", call.name, block, slowest * 1e6, busbw);
       if (csv)
         std::fprintf(csv, "%s,%d,%s,%zu,%.3f,%.4f\n", chorus ? "chorus_pmpi" : "mpi", p, call.name,
