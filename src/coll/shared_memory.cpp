@@ -129,7 +129,7 @@ std::byte* begin_slot(const Collective& c, std::size_t need) {
   // Comparing every call's signature up to the one before (reading the
   // successor's entry, as the successor wrote it: a reduce's other ranks
   // keep pace with the root and read none of its lines in the call) made an
-  // 8-byte reduce at p = 2 0.77-0.84x of Open MPI's time, 0.96-0.99x now
+  // 8-byte reduce at p = 2 0.80x of Open MPI's time, 0.97x now
   // (docs/performance.md "Fourteenth pass").
   constexpr std::uint64_t kCompareEvery = 16, kCompareMargin = 16;
   if (host.retired() + shm::kRingDepth / 2 < c.sequence && c.sequence % kCompareEvery == 0)

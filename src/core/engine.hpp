@@ -112,8 +112,8 @@ struct Communicator::Impl {
   std::optional<Error> error() const;
   Counters counters() const;
   const coll::CostModel& cost_model() const { return selector->model(); }
-  // Deferred calls whose submit woke the worker (tests: only the first of a
-  // run of them should).
+  // Deferred calls whose submit notified the worker's condition variable
+  // (tests: only the first of a run of them should).
   std::uint64_t deferred_calls_that_woke_the_worker() const { return deferred_wakes.load(); }
   const std::string& cost_model_origin() const { return cost_model_source; }
 
@@ -221,8 +221,9 @@ struct Communicator::Impl {
   std::shared_ptr<QueueAccess> queue_access = std::make_shared<QueueAccess>(this);
   bool stopping = false;
   // Deferred calls (CallOptions::deferred), under queue_mutex: when the last
-  // was queued, and whether the worker sleeps only until the next look at
-  // them (then their submit need not wake it).
+  // was queued, and whether the worker will look at the queue without being
+  // woken (it spins, or sleeps only until its next look): then their submit
+  // need not wake it.
   std::chrono::steady_clock::time_point last_deferred{};
   bool worker_polls = false;
   // A submit has notified the worker, which has not waited since: later

@@ -63,7 +63,8 @@ std::optional<std::size_t> min_bytes_from_env() {
   if (end == env || *end != '\0' || env[0] == '-' || !fits || errno == ERANGE) {
     std::fprintf(stderr,
                  "chorus_pmpi: CHORUS_MPI_MIN_BYTES='%s' is not a byte count that fits (like 65536 or "
-                 "64K); using the default (%zu)\n",
+                 "64K); using the defaults (%zu; none for MPI_Allreduce, MPI_Allgather, "
+                 "MPI_Alltoall, MPI_Reduce_scatter_block and MPI_Reduce_scatter)\n",
                  env, kDefaultMinBytes);
     return std::nullopt;
   }

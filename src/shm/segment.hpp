@@ -140,8 +140,8 @@ inline constexpr std::size_t kEntryDataBytes = kEntryBytes - sizeof(SlotHeader) 
 // Each rank's signature digests (Segment::digest()), one word per ring
 // entry, eight calls to a cache line. Each digest covers the call's
 // signature and every earlier call's: one word read tells whether two
-// ranks agree on every call up to it.
-// A line more than the words, as kRingStride below.
+// ranks agree on every call up to it. From one rank's digests to the next:
+// a line more than the words, as kRingStride below.
 inline constexpr std::size_t kDigestsPerLine = kCacheLine / 8;
 inline constexpr std::size_t kDigestStride = kRingDepth * 8 + kCacheLine;
 // From one rank's ring to the next: a cache line more than the entries, so
