@@ -571,7 +571,7 @@ void Communicator::Impl::submit(core::Call call) {
   run(call);
 }
 
-Work Communicator::Impl::submit_async(const core::Call& call) {
+Work Communicator::Impl::submit_async(core::Call call) {
   auto state = std::make_shared<Work::State>();
   bool wake = true;
   if (poisoned.load()) {
@@ -579,66 +579,70 @@ Work Communicator::Impl::submit_async(const core::Call& call) {
     return Work(state);
   }
   state->queue_access = queue_access;
-  const auto now = call.deferred ? std::chrono::steady_clock::now()
-                                 : std::chrono::steady_clock::time_point{};
-  if (call.deferred) {
+  const bool deferred = call.deferred;
+  const auto now =
+      deferred ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+  if (deferred) {
     state->start_after = now + kDeferredGrace;
     state->deferred.store(true, std::memory_order_relaxed);
   }
-  core::Call entry = call;
   // The v-forms' layouts of its own: the calling thread reuses its
   // (core::check_arguments), and another thread runs this one.
-  if (entry.operands.layouts)
-    entry.operands.layouts = std::make_shared<coll::VFormLayouts>(*entry.operands.layouts);
+  if (call.operands.layouts)
+    call.operands.layouts = std::make_shared<coll::VFormLayouts>(*call.operands.layouts);
   {
     std::lock_guard queue_lock(queue_mutex);
     start_worker();
-    queue.emplace_back(std::move(entry), state);
+    queue.emplace_back(std::move(call), state);
     queued.store(queue.size());
-    if (call.deferred) last_deferred = now;
+    if (deferred) last_deferred = now;
     ++submitted;
     // A worker that looks at the deferred calls anyway need not be woken,
     // nor one woken already.
-    wake = (!call.deferred || !worker_polls) && !worker_notified;
+    wake = (!deferred || !worker_polls) && !worker_notified;
     if (wake) worker_notified = true;
   }
   if (wake) {
-    if (call.deferred) deferred_wakes.fetch_add(1, std::memory_order_relaxed);
+    if (deferred) deferred_wakes.fetch_add(1, std::memory_order_relaxed);
     queue_cv.notify_all();
   }
-  return Work(state);
+  return Work(std::move(state));
+}
+
+bool QueueAccess::enter() {
+  if ((users.fetch_add(1, std::memory_order_acquire) & kClosed) == 0) return true;
+  leave();
+  return false;
 }
 
 bool QueueAccess::run_if_next(const Work::State* target, double timeout_seconds,
                               const std::function<void()>* progress) {
-  {
-    std::lock_guard lock(mutex);
-    if (!open) return false;
-    ++inside;
-  }
+  if (!enter()) return false;
   bool ran = false;
   try {
     ran = engine->run_queued_next(target, timeout_seconds, progress);
   } catch (...) {  // run_front() keeps a call's errors in its state; this is a lock failing
   }
-  {
-    std::lock_guard lock(mutex);
-    --inside;
-  }
-  left.notify_all();
+  leave();
   return ran;
 }
 
 void QueueAccess::close() {
-  std::unique_lock lock(mutex);
-  open = false;
-  left.wait(lock, [&] { return inside == 0; });
+  users.fetch_or(kClosed, std::memory_order_acq_rel);
+  // Rare (the engine's destructor), and a thread inside may be running a
+  // call: polled, so that entering and leaving need not signal.
+  while ((users.load(std::memory_order_acquire) & ~kClosed) != 0)
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
 }
 
 void QueueAccess::expedite(Work::State* target) {
   if (!target->deferred.exchange(false)) return;  // started already, or never deferred
-  std::lock_guard lock(mutex);
-  if (open) engine->expedite(target);
+  if (!enter()) return;
+  try {
+    engine->expedite(target);
+  } catch (...) {  // a lock failing: the worker starts it at its time anyway
+  }
+  leave();
 }
 
 void Communicator::Impl::expedite(Work::State* target) {

@@ -51,10 +51,15 @@ struct QueueAccess {
   void expedite(Work::State* target);
   void close();  // no waiter enters after it; returns once those inside left
   Communicator::Impl* const engine;
-  std::mutex mutex;
-  std::condition_variable left;
-  bool open = true;
-  int inside = 0;
+
+ private:
+  bool enter();  // false once closed
+  void leave() { users.fetch_sub(1, std::memory_order_release); }
+  // The threads inside (low bits), and kClosed once closed: one atomic
+  // word, so that a waiter enters and leaves without a lock (an MPI_Wait
+  // of a nonblocking call through libchorus_pmpi enters once per call).
+  static constexpr std::uint32_t kClosed = 1u << 31;
+  std::atomic<std::uint32_t> users{0};
 };
 
 struct Work::State {
@@ -101,7 +106,7 @@ struct Communicator::Impl {
   coll::AlgorithmChoice choose(coll::CollectiveKind kind, std::string_view requested,
                                std::size_t bytes) const;
   void submit(core::Call call);  // runs it now, in order
-  Work submit_async(const core::Call& call);
+  Work submit_async(core::Call call);
   // Point-to-point (core/point_to_point.cpp): posts at once, beside the
   // collectives; the worker thread progresses and ends them. `peer` of a
   // receive may be Communicator::kAnySource. Arguments are checked by the
