@@ -69,38 +69,25 @@ int MPI_Finalize() {
 }
 
 int MPI_Wait(MPI_Request* request, MPI_Status* status) {
-  // wait_while_progressing() for one request: one lookup before, one
-  // settle after.
-  const auto work = request != nullptr ? first_pending(1, request) : nullptr;
-  if (work == nullptr) return PMPI_Wait(request, status);
-  try {
-    work->wait_progressing(progress_mpi);
-  } catch (...) {  // the error is settle()'s to report
-  }
-  auto failure = settle(1, request, false);
+  auto failure = request != nullptr ? wait_for_ours(1, request) : std::nullopt;
   const int rc = PMPI_Wait(request, status);
   return report(std::move(failure), "MPI_Wait", rc);
 }
 
 int MPI_Test(MPI_Request* request, int* flag, MPI_Status* status) {
-  if (request == nullptr || !any_pending(1, request)) return PMPI_Test(request, flag, status);
-  auto failure = settle(1, request, false);
+  auto failure = request != nullptr ? settle(1, request, false) : std::nullopt;
   const int rc = PMPI_Test(request, flag, status);
   return report(std::move(failure), "MPI_Test", rc);
 }
 
 int MPI_Waitall(int count, MPI_Request requests[], MPI_Status statuses[]) {
-  if (requests == nullptr || !any_pending(count, requests))
-    return PMPI_Waitall(count, requests, statuses);
-  auto failure = wait_while_progressing(count, requests, true, [] { return false; });
+  auto failure = requests != nullptr ? wait_for_ours(count, requests) : std::nullopt;
   const int rc = PMPI_Waitall(count, requests, statuses);
   return report(std::move(failure), "MPI_Waitall", rc);
 }
 
 int MPI_Testall(int count, MPI_Request requests[], int* flag, MPI_Status statuses[]) {
-  if (requests == nullptr || !any_pending(count, requests))
-    return PMPI_Testall(count, requests, flag, statuses);
-  auto failure = settle(count, requests, false);
+  auto failure = requests != nullptr ? settle(count, requests, false) : std::nullopt;
   const int rc = PMPI_Testall(count, requests, flag, statuses);
   return report(std::move(failure), "MPI_Testall", rc);
 }
@@ -109,7 +96,7 @@ int MPI_Waitany(int count, MPI_Request requests[], int* index, MPI_Status* statu
   if (requests == nullptr || !any_pending(count, requests))
     return PMPI_Waitany(count, requests, index, status);
   int rc = MPI_SUCCESS, flag = 0;
-  auto failure = wait_while_progressing(count, requests, false, [&] {
+  auto failure = settle_until(count, requests, [&] {
     rc = PMPI_Testany(count, requests, index, &flag, status);
     return flag != 0 || rc != MPI_SUCCESS;
   });
@@ -118,9 +105,7 @@ int MPI_Waitany(int count, MPI_Request requests[], int* index, MPI_Status* statu
 }
 
 int MPI_Testany(int count, MPI_Request requests[], int* index, int* flag, MPI_Status* status) {
-  if (requests == nullptr || !any_pending(count, requests))
-    return PMPI_Testany(count, requests, index, flag, status);
-  auto failure = settle(count, requests, false);
+  auto failure = requests != nullptr ? settle(count, requests, false) : std::nullopt;
   const int rc = PMPI_Testany(count, requests, index, flag, status);
   return report(std::move(failure), "MPI_Testany", rc);
 }
@@ -131,7 +116,7 @@ int MPI_Waitsome(int incount, MPI_Request requests[], int* outcount, int indices
     return PMPI_Waitsome(incount, requests, outcount, indices, statuses);
   int rc = MPI_SUCCESS;
   *outcount = 0;
-  auto failure = wait_while_progressing(incount, requests, false, [&] {
+  auto failure = settle_until(incount, requests, [&] {
     rc = PMPI_Testsome(incount, requests, outcount, indices, statuses);
     return *outcount != 0 || rc != MPI_SUCCESS;
   });
@@ -142,15 +127,12 @@ int MPI_Waitsome(int incount, MPI_Request requests[], int* outcount, int indices
 
 int MPI_Testsome(int incount, MPI_Request requests[], int* outcount, int indices[],
                  MPI_Status statuses[]) {
-  if (requests == nullptr || !any_pending(incount, requests))
-    return PMPI_Testsome(incount, requests, outcount, indices, statuses);
-  auto failure = settle(incount, requests, false);
+  auto failure = requests != nullptr ? settle(incount, requests, false) : std::nullopt;
   const int rc = PMPI_Testsome(incount, requests, outcount, indices, statuses);
   return report(std::move(failure), "MPI_Testsome", rc);
 }
 
 int MPI_Request_get_status(MPI_Request request, int* flag, MPI_Status* status) {
-  if (!any_pending(1, &request)) return PMPI_Request_get_status(request, flag, status);
   auto failure = settle(1, &request, false);
   const int rc = PMPI_Request_get_status(request, flag, status);
   return report(std::move(failure), "MPI_Request_get_status", rc);
@@ -159,7 +141,7 @@ int MPI_Request_get_status(MPI_Request request, int* flag, MPI_Status* status) {
 int MPI_Request_free(MPI_Request* request) {
   // Freeing an active request lets it finish unobserved; ours must still be
   // completed, so it is waited for here.
-  if (request != nullptr && any_pending(1, request)) (void)settle(1, request, true);
+  if (request != nullptr) (void)settle(1, request, true);
   return PMPI_Request_free(request);
 }
 

@@ -1,5 +1,6 @@
 #include "mpi/pmpi_interposer.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -314,43 +315,85 @@ int query_request(void*, MPI_Status* status) {
 int free_request(void*) { return MPI_SUCCESS; }
 int cancel_request(void*, int) { return MPI_SUCCESS; }  // a collective cannot be cancelled
 
-// Marks our requests among `requests` complete where their Chorus work is
-// done (all of them, waiting, when `wait`), so that the PMPI_ call that
-// follows sees them complete. Returns the first error, with its comm.
-std::optional<Failure> settle(int n, const MPI_Request* requests, bool wait) {
+namespace {
+
+// The slot of the first of our requests among `requests`; null if none.
+// Under the mutex.
+Interposer::Pending* find_pending(Interposer& it, int n, const MPI_Request* requests) {
+  for (int i = 0; i < n; ++i)
+    for (Interposer::Pending* slot : it.pending)
+      if (slot->request == requests[i]) return slot;
+  return nullptr;
+}
+
+// Moves `slot`'s request out, and frees the slot. Under the mutex.
+Interposer::Pending take(Interposer& it, Interposer::Pending* slot) {
+  Interposer::Pending mine = std::move(*slot);
+  *slot = Interposer::Pending{};
+  it.pending.erase(std::find(it.pending.begin(), it.pending.end(), slot));
+  it.pending_count.store(it.pending.size(), std::memory_order_release);
+  it.free_pending.push_back(slot);
+  return mine;
+}
+
+// The first of our requests among `requests`, taken (this thread settles
+// it), whose work has ended unless `ended_only` is false.
+std::optional<Interposer::Pending> take_first(int n, const MPI_Request* requests, bool ended_only) {
   auto& it = interposer();
+  if (it.pending_count.load(std::memory_order_acquire) == 0) return std::nullopt;
+  std::lock_guard lock(it.mutex);
+  Interposer::Pending* slot = find_pending(it, n, requests);
+  if (slot == nullptr || (ended_only && !slot->work.test())) return std::nullopt;
+  return take(it, slot);
+}
+
+// Runs a taken request's finish if its work succeeded, and completes the
+// request; returns its error.
+std::optional<Failure> complete(Interposer::Pending& mine) {
+  std::optional<chorus::Error> error = mine.work.error();
+  if (!error && mine.finish) {
+    try {
+      mine.finish();
+    } catch (const chorus::Error& e) {
+      error = e;
+    }
+  }
+  PMPI_Grequest_complete(mine.request);
+  if (!error) return std::nullopt;
+  return Failure{mine.comm, *error};
+}
+
+// Waits for a taken request's work, with MPI progressing: a peer may need
+// this rank's other requests before it reaches the collective. (MPI calls
+// freeing an active nonblocking collective's request erroneous; Open MPI
+// refuses it.)
+void wait_progressing(Interposer::Pending& mine) {
+  try {
+    mine.work.wait_progressing(progress_mpi);
+  } catch (...) {  // complete() reports it
+  }
+}
+
+}  // namespace
+
+std::optional<Failure> settle(int n, const MPI_Request* requests, bool wait) {
   std::optional<Failure> failure;
+  // One by one: each request is taken at most once, and a request settled
+  // here is not ours any more.
   for (int i = 0; i < n; ++i) {
-    std::unique_lock lock(it.mutex);
-    auto found = it.pending.find(requests[i]);
-    if (found == it.pending.end()) continue;
-    const auto work = found->second.work;
-    const MPI_Comm comm = found->second.comm;
-    if (wait) {
-      lock.unlock();  // blocks without the mutex; only this thread may wait on it
-      try {
-        // With MPI progressing: a peer may need this rank's other requests
-        // before it reaches the collective. (MPI calls freeing an active
-        // nonblocking collective's request erroneous; Open MPI refuses it.)
-        work->wait_progressing(progress_mpi);
-      } catch (...) {
-      }
-      lock.lock();
-    } else if (!work->test()) {
-      continue;
-    }
-    std::optional<chorus::Error> error = work->error();
-    auto finish = std::move(found->second.finish);
-    it.pending.erase(requests[i]);
-    if (!error && finish) {
-      try {
-        finish();
-      } catch (const chorus::Error& e) {
-        error = e;
-      }
-    }
-    if (error && !failure) failure = Failure{comm, *error};
-    PMPI_Grequest_complete(requests[i]);
+    auto mine = take_first(1, &requests[i], !wait);
+    if (!mine) continue;
+    if (wait) wait_progressing(*mine);
+    if (auto f = complete(*mine); f && !failure) failure = f;
+  }
+  return failure;
+}
+
+std::optional<Failure> wait_for_ours(int n, const MPI_Request* requests) {
+  std::optional<Failure> failure;
+  while (auto mine = take_first(n, requests, false)) {
+    wait_progressing(*mine);
+    if (auto f = complete(*mine); f && !failure) failure = f;
   }
   return failure;
 }
@@ -366,20 +409,25 @@ int start_request(Interposer& it, chorus::Work work, MPI_Comm comm, std::functio
     return rc;
   }
   std::lock_guard lock(it.mutex);
-  it.pending.emplace(*request, Interposer::Pending{std::make_shared<chorus::Work>(std::move(work)),
-                                                   comm, std::move(finish)});
+  Interposer::Pending* slot = nullptr;
+  if (it.free_pending.empty()) {
+    slot = &it.pending_slots.emplace_back();
+  } else {
+    slot = it.free_pending.back();
+    it.free_pending.pop_back();
+  }
+  *slot = Interposer::Pending{*request, std::move(work), comm, std::move(finish)};
+  it.pending.push_back(slot);
+  it.pending_count.store(it.pending.size(), std::memory_order_release);
   return MPI_SUCCESS;
 }
 
-// The Chorus work of the first of our requests among `requests`, if any.
-std::shared_ptr<chorus::Work> first_pending(int n, const MPI_Request* requests) {
+chorus::Work* first_pending(int n, const MPI_Request* requests) {
   auto& it = interposer();
+  if (it.pending_count.load(std::memory_order_acquire) == 0) return nullptr;
   std::lock_guard lock(it.mutex);
-  if (it.pending.empty()) return nullptr;
-  for (int i = 0; i < n; ++i)
-    if (auto found = it.pending.find(requests[i]); found != it.pending.end())
-      return found->second.work;
-  return nullptr;
+  Interposer::Pending* slot = find_pending(it, n, requests);
+  return slot != nullptr ? &slot->work : nullptr;
 }
 
 bool any_pending(int n, const MPI_Request* requests) { return first_pending(n, requests) != nullptr; }

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <list>
 #include <map>
@@ -19,6 +20,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace chorus::pmpi {
 
@@ -152,12 +154,24 @@ struct Interposer {
   std::map<std::string, int> error_codes;  // Chorus message -> MPI error code
   std::list<CommEntry> entries;  // in creation order, the same on every rank
 
+  // Our nonblocking collectives' requests, unsettled. A program has few at
+  // a time: `pending` is searched in order. Slots are reused (once a
+  // program has had n at a time, its requests allocate nothing here) and
+  // stay put (a deque), so a thread may wait on its request's work outside
+  // the mutex: only the thread that holds a request settles it (MPI
+  // forbids two threads using one request at once).
   struct Pending {
-    std::shared_ptr<chorus::Work> work;  // shared: waited on outside the mutex
-    MPI_Comm comm;
+    MPI_Request request = MPI_REQUEST_NULL;
+    chorus::Work work;
+    MPI_Comm comm = MPI_COMM_NULL;
     std::function<void()> finish;  // once the work succeeded (unpacking, moving)
   };
-  std::map<MPI_Request, Pending> pending;  // our nonblocking collectives' requests
+  std::deque<Pending> pending_slots;
+  std::vector<Pending*> pending;       // in use, in start order
+  std::vector<Pending*> free_pending;  // not in use
+  // pending.size(), read without the mutex: most requests a program waits
+  // for are MPI's own, and find none of ours without taking it.
+  std::atomic<std::size_t> pending_count{0};
 };
 
 // The one interposer of the process (never destroyed: MPI may call in at exit).
@@ -218,7 +232,17 @@ struct Failure {
 // done (all of them, waiting, when `wait`), after running their finish;
 // returns the first error.
 std::optional<Failure> settle(int n, const MPI_Request* requests, bool wait);
-std::shared_ptr<chorus::Work> first_pending(int n, const MPI_Request* requests);
+// Waits for each of our requests among `requests` in turn, then completes
+// it (MPI_Wait, MPI_Waitall): a call next in its communicator's queue runs
+// on this thread, with MPI progressing inside its waits
+// (Work::wait_progressing(): a peer may need this rank's other requests
+// before it reaches the collective), instead of being handed to Chorus's
+// worker and back (8-11 us at 8 B-1 KiB, docs/performance.md "Thirteenth
+// pass"). Returns the first error.
+std::optional<Failure> wait_for_ours(int n, const MPI_Request* requests);
+// The work of the first of our requests among `requests`, or null. Valid
+// until this thread settles that request.
+chorus::Work* first_pending(int n, const MPI_Request* requests);
 bool any_pending(int n, const MPI_Request* requests);
 void progress_mpi();
 int report(std::optional<Failure> failure, const char* function, int rc);
@@ -226,37 +250,23 @@ int report(std::optional<Failure> failure, const char* function, int rc);
 int start_request(Interposer& it, chorus::Work work, MPI_Comm comm, std::function<void()> finish,
                   MPI_Request* request);
 
-// Waits for our requests among `requests` while letting MPI progress the
-// others (a peer may need them before it reaches its nonblocking
-// collective), until `done` (which may test MPI's requests) says so or
-// ours are all settled.
-//
-// `run_here`: the caller waits for all of `requests` (MPI_Wait,
-// MPI_Waitall), so a call next in its communicator's queue runs on this
-// thread, with MPI progressing inside its waits (Work::wait_progressing()),
-// instead of being handed to Chorus's worker and back (8-11 us at 8 B-1
-// KiB, docs/performance.md "Thirteenth pass"). Not where the caller may
-// return before one of ours ends (MPI_Waitany, MPI_Waitsome): the program
-// may need to return to reach what lets a peer start that call.
+// Settles our requests among `requests` as their work ends, while letting
+// MPI progress the others, until `done` (which may test MPI's requests)
+// says so or ours are all settled (MPI_Waitany, MPI_Waitsome). Chorus's
+// worker runs our calls: the caller may return before one of ours ends,
+// and may need to, to reach what lets a peer start that call.
 template <class Done>
-std::optional<Failure> wait_while_progressing(int n, const MPI_Request* requests, bool run_here,
-                                              Done&& done) {
-  std::optional<Failure> failure;
-  while (auto work = first_pending(n, requests)) {
-    if (run_here) {
-      try {
-        work->wait_progressing(progress_mpi);  // progresses MPI only where the call waits
-      } catch (...) {  // the error is settle()'s to report
-      }
-    }
-    if (auto f = settle(n, requests, false); f && !failure) failure = f;
-    if (run_here) continue;
-    if (done()) break;
+std::optional<Failure> settle_until(int n, const MPI_Request* requests, Done&& done) {
+  std::optional<Failure> failure = settle(n, requests, false);
+  while (!done()) {
+    chorus::Work* work = first_pending(n, requests);
+    if (work == nullptr) break;
     progress_mpi();
     try {
       work->wait(std::chrono::microseconds(200));  // sleeps, leaving the core to the work
-    } catch (...) {
+    } catch (...) {  // the error is settle()'s to report
     }
+    if (auto f = settle(n, requests, false); f && !failure) failure = f;
   }
   return failure;
 }
