@@ -94,14 +94,14 @@ int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype dataty
     return request ? PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request)
                    : PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
   const std::size_t n = taken.elements(count);
-  // The commonest call of all, a blocking AllReduce of a dense type, goes
-  // straight to Chorus: staging (the Staged objects and run()'s lambdas)
-  // costs a small call more than the interposer's other work. The blocking
-  // calls on dense types below do the same.
-  if (request == nullptr && taken.info.dense)
-    return on_chorus(it, comm, kCollectiveNames[c], [&] {
-      taken.chorus->allreduce(in_place(sendbuf) ? recvbuf : sendbuf, recvbuf, n, taken.type,
-                              taken.op);
+  // The commonest call of all, an AllReduce of a dense type, goes straight
+  // to Chorus: staging (the Staged objects, a finish to hold them) costs a
+  // small call more than the interposer's other work. The calls on dense
+  // types below do the same.
+  if (taken.info.dense)
+    return run(it, comm, kCollectiveNames[c], request, [&](bool async) {
+      return CHORUS_START(async, *taken.chorus, allreduce, in_place(sendbuf) ? recvbuf : sendbuf,
+                          recvbuf, n, taken.type, taken.op);
     });
   const Staged recv(recvbuf, count, datatype, taken.info);
   const Staged send =
@@ -134,10 +134,11 @@ int reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
                    : PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
   const bool at_root = taken.chorus->rank() == root;
   const std::size_t n = taken.elements(count);
-  if (request == nullptr && taken.info.dense)  // as MPI_Allreduce: no staging
-    return on_chorus(it, comm, kCollectiveNames[c], [&] {
-      taken.chorus->reduce(at_root && in_place(sendbuf) ? recvbuf : sendbuf,
-                           at_root ? recvbuf : nullptr, n, taken.type, taken.op, root);
+  if (taken.info.dense)  // as MPI_Allreduce: no staging
+    return run(it, comm, kCollectiveNames[c], request, [&](bool async) {
+      return CHORUS_START(async, *taken.chorus, reduce,
+                          at_root && in_place(sendbuf) ? recvbuf : sendbuf,
+                          at_root ? recvbuf : nullptr, n, taken.type, taken.op, root);
     });
   const Staged recv = at_root ? Staged(recvbuf, count, datatype, taken.info) : Staged{};
   const Staged send = at_root && in_place(sendbuf)
@@ -198,14 +199,17 @@ int reduce_scatter(const void* sendbuf, void* recvbuf, int count, const int* cou
     return CHORUS_START(async, *taken.chorus, reduce_scatter, input, out,
                         static_cast<std::size_t>(count) * per_item, taken.type, taken.op);
   };
-  if (request == nullptr && taken.info.dense)
-    return on_chorus(it, comm, kCollectiveNames[which], [&] {
+  // Dense: no staging. (In place the result is moved after the call: a
+  // finish, so the nonblocking form stages.)
+  if (taken.info.dense && (request == nullptr || !in_place(sendbuf)))
+    return run(it, comm, kCollectiveNames[which], request, [&](bool async) {
       auto* result = static_cast<std::byte*>(recvbuf);
       auto* input =
           in_place(sendbuf) ? result : static_cast<std::byte*>(const_cast<void*>(sendbuf));
       std::byte* out = in_place(sendbuf) ? input + before * taken.info.size : result;
-      reduce_scatter_into(false, input, out);
-      if (out != recvbuf && result_bytes) std::memmove(recvbuf, out, result_bytes);
+      chorus::Work work = reduce_scatter_into(async, input, out);
+      if (out != recvbuf && result_bytes) std::memmove(recvbuf, out, result_bytes);  // blocking
+      return work;
     });
   const Staged result(recvbuf, mine, datatype, taken.info);
   const Staged input(in_place(sendbuf) ? recvbuf : const_cast<void*>(sendbuf),
@@ -238,9 +242,10 @@ int bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm com
   if (r != Route::chorus)
     return request ? PMPI_Ibcast(buffer, count, datatype, root, comm, request)
                    : PMPI_Bcast(buffer, count, datatype, root, comm);
-  if (request == nullptr && taken.info.dense)
-    return on_chorus(it, comm, kCollectiveNames[c], [&] {
-      taken.chorus->broadcast(buffer, bytes_of(count, taken.info), kBytes, root);
+  if (taken.info.dense)
+    return run(it, comm, kCollectiveNames[c], request, [&](bool async) {
+      return CHORUS_START(async, *taken.chorus, broadcast, buffer, bytes_of(count, taken.info),
+                          kBytes, root);
     });
   const bool at_root = taken.chorus->rank() == root;
   const Staged data(buffer, count, datatype, taken.info);
@@ -289,15 +294,15 @@ int allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* r
                                      comm, request)
                    : PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
   const int me = taken.chorus->rank();
-  if (request == nullptr && taken.info.dense && (in_place(sendbuf) || send_info.dense))
-    return on_chorus(it, comm, kCollectiveNames[c], [&] {
+  if (taken.info.dense && (in_place(sendbuf) || send_info.dense))
+    return run(it, comm, kCollectiveNames[c], request, [&](bool async) {
       auto* out = static_cast<std::byte*>(recvbuf);
       const void* mine = out + static_cast<std::size_t>(me) * block;  // in place
       if (!in_place(sendbuf)) {
         expect_bytes(bytes_of(sendcount, send_info), block, "the send buffer");
         mine = sendbuf;
       }
-      taken.chorus->allgather(mine, out, block, kBytes);
+      return CHORUS_START(async, *taken.chorus, allgather, mine, out, block, kBytes);
     });
   const Staged recv(recvbuf, p, recvcount, recvtype, taken.info);
   const Staged send = in_place(sendbuf)
@@ -384,11 +389,11 @@ int alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* re
     return request ? PMPI_Ialltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
                                     comm, request)
                    : PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
-  if (request == nullptr && !in_place(sendbuf) && taken.info.dense && send_info.dense)
-    return on_chorus(it, comm, kCollectiveNames[c], [&] {
+  if (!in_place(sendbuf) && taken.info.dense && send_info.dense)
+    return run(it, comm, kCollectiveNames[c], request, [&](bool async) {
       const auto blocks = static_cast<std::size_t>(p);
       expect_bytes(bytes_of(sendcount, send_info) * blocks, block * blocks, "the send buffer");
-      taken.chorus->alltoall(sendbuf, recvbuf, block, kBytes);
+      return CHORUS_START(async, *taken.chorus, alltoall, sendbuf, recvbuf, block, kBytes);
     });
   const Staged recv(recvbuf, p, recvcount, recvtype, taken.info);
   // In place, the blocks to send are copied out of recvbuf first.
@@ -554,9 +559,8 @@ int barrier(MPI_Comm comm, MPI_Request* request) {
   if (r == Route::chorus) r = connect(it, c, 0, comm, taken);
   tally(it, c, r);
   if (r != Route::chorus) return request ? PMPI_Ibarrier(comm, request) : PMPI_Barrier(comm);
-  return run(
-      it, comm, kCollectiveNames[c], request,
-      [&](bool async) { return CHORUS_START(async, *taken.chorus, barrier); }, [] {});
+  return run(it, comm, kCollectiveNames[c], request,
+             [&](bool async) { return CHORUS_START(async, *taken.chorus, barrier); });
 }
 
 #undef CHORUS_START

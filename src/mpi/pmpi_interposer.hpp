@@ -304,5 +304,10 @@ int run(Interposer& it, MPI_Comm comm, const char* function, MPI_Request* reques
     return raise_error(it, comm, function, e);
   }
 }
+// A call with nothing to do once Chorus is done (no staging copies).
+template <class Start>
+int run(Interposer& it, MPI_Comm comm, const char* function, MPI_Request* request, Start&& start) {
+  return run(it, comm, function, request, std::forward<Start>(start), [] {});
+}
 
 }  // namespace chorus::pmpi
