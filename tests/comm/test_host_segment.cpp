@@ -171,6 +171,28 @@ TEST(HostSegment, RanksCallingDifferentlyFailNamingBothCalls) {
   }
 }
 
+// A barrier compares each peer's signature as it finds its slot (as a
+// small AllReduce does); one rank's barrier among the others' AllReduces
+// fails on every rank, naming both calls.
+TEST(HostSegment, ABarrierAmongOtherCallsFailsNamingBoth) {
+  Options options;
+  options.timeout = std::chrono::seconds(20);
+  const auto outcomes = testing::run_ranks(3, [&](Communicator& comm) {
+    std::vector<float> v(8, 1.0f);
+    comm.barrier();  // alike: passes
+    if (comm.rank() == 1)
+      comm.barrier();
+    else
+      comm.allreduce(v.data(), v.data(), v.size(), DataType::float32, ReduceOp::sum);
+  }, options);
+  for (const auto& o : outcomes) {
+    EXPECT_TRUE(o.failed);
+    EXPECT_EQ(o.code, ErrorCode::mismatched_collective) << o.message;
+    EXPECT_NE(o.message.find("called barrier"), std::string::npos) << o.message;
+    EXPECT_NE(o.message.find("called allreduce(count=8"), std::string::npos) << o.message;
+  }
+}
+
 // A call that reads no peer's slot (a broadcast's root, a reduce's other
 // ranks) returns at once; its signature is compared with the next rank's
 // up to kRingDepth calls later. Here every rank is such a writer (rank 0
