@@ -473,6 +473,21 @@ int gather(Collective which, const void* sendbuf, int sendcount, MPI_Datatype se
       return PMPI_Gatherv(sendbuf, sendcount, sendtype, recvbuf, counts, displs, recvtype, root, comm);
     return PMPI_Gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
   }
+  // Dense buffers go straight to Chorus, as MPI_Allreduce's do: a rank's
+  // own block everywhere, and the root's whole receive buffer for
+  // MPI_Gather (MPI_Gatherv's root stages, for its block arrays).
+  if ((!uses_send || send_info.dense) && (!at_root || (which == kGather && taken.info.dense)))
+    return on_chorus(it, comm, kCollectiveNames[which], [&] {
+      const std::size_t block = at_root ? bytes_of(recvcount, taken.info) : 0;
+      auto* out = static_cast<std::byte*>(recvbuf);
+      const void* mine = uses_send ? sendbuf : out + static_cast<std::size_t>(me) * block;
+      const std::size_t my_bytes = uses_send ? bytes_of(sendcount, send_info) : block;
+      if (at_root) expect_bytes(my_bytes, block, "the root's send buffer");
+      if (which == kGatherv)
+        taken.chorus->gatherv(mine, my_bytes, nullptr, {}, {}, kBytes, root);
+      else
+        taken.chorus->gather(mine, at_root ? out : nullptr, my_bytes, kBytes, root);
+    });
   return on_chorus(it, comm, kCollectiveNames[which], [&] {
     const Staged recv = !at_root            ? Staged{}
                         : which == kGatherv ? Staged(recvbuf, counts, displs, p, recvtype, taken.info)
@@ -527,6 +542,20 @@ int scatter(Collective which, const void* sendbuf, int sendcount, const int* cou
       return PMPI_Scatterv(sendbuf, counts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm);
     return PMPI_Scatter(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
   }
+  // Dense buffers straight to Chorus (as gather()'s): a rank's own block
+  // everywhere, and the root's whole send buffer for MPI_Scatter.
+  if ((!uses_recv || taken.info.dense) && (!at_root || (which == kScatter && send_info.dense)))
+    return on_chorus(it, comm, kCollectiveNames[which], [&] {
+      const std::size_t block = at_root ? bytes_of(sendcount, send_info) : 0;
+      const auto* in = static_cast<const std::byte*>(sendbuf);
+      void* mine = uses_recv ? recvbuf : const_cast<std::byte*>(in) + static_cast<std::size_t>(me) * block;
+      const std::size_t my_bytes = uses_recv ? bytes_of(recvcount, taken.info) : block;
+      if (at_root) expect_bytes(block, my_bytes, "the root's block");
+      if (which == kScatterv)
+        taken.chorus->scatterv(nullptr, {}, {}, mine, my_bytes, kBytes, root);
+      else
+        taken.chorus->scatter(at_root ? in : nullptr, mine, my_bytes, kBytes, root);
+    });
   return on_chorus(it, comm, kCollectiveNames[which], [&] {
     const Staged send = !at_root             ? Staged{}
                         : which == kScatterv ? Staged(const_cast<void*>(sendbuf), counts, displs, p,
