@@ -16,6 +16,9 @@
 //       whose MPI_Error_string names the mismatch, on every rank.
 //   mpi_collectives_check --errors-fatal   the same under the default
 //       MPI_ERRORS_ARE_FATAL: the job must abort with Chorus's message.
+//   mpi_collectives_check --threads   under MPI_THREAD_MULTIPLE, two
+//       threads run nonblocking collectives at once, each on a
+//       communicator of its own, and wait for them in three ways.
 #include <mpi.h>
 
 #include <cinttypes>
@@ -23,7 +26,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <thread>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -1058,20 +1063,71 @@ void run_full_sweep(int world_rank, int world_size) {
   for (MPI_Group* group : {&world_group, &evens_group, &reversed_group}) MPI_Group_free(group);
 }
 
+// --threads: two threads at once, each on a dup of MPI_COMM_WORLD of its
+// own, make nonblocking calls (a sum, a broadcast, a barrier) and wait for
+// them with MPI_Waitall, MPI_Wait one by one, or MPI_Testall until done:
+// the library's requests are started and settled by several threads.
+// Returns this rank's wrong results.
+long check_threads(int rank, int size) {
+  MPI_Comm comms[2];
+  for (MPI_Comm& comm : comms) MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  std::atomic<long> wrong{0};
+  const auto run = [&](int t) {
+    MPI_Comm comm = comms[t];
+    for (int i = 0; i < 300; ++i) {
+      const int mine = rank + i + 1000 * t;
+      int sum = -1;
+      std::vector<int> block(4, rank == 0 ? i + t : -1);
+      MPI_Request requests[3];
+      MPI_Iallreduce(&mine, &sum, 1, MPI_INT, MPI_SUM, comm, &requests[0]);
+      MPI_Ibcast(block.data(), 4, MPI_INT, 0, comm, &requests[1]);
+      MPI_Ibarrier(comm, &requests[2]);
+      if (i % 3 == 0) {
+        MPI_Waitall(3, requests, MPI_STATUSES_IGNORE);
+      } else if (i % 3 == 1) {
+        for (MPI_Request& request : requests) MPI_Wait(&request, MPI_STATUS_IGNORE);
+      } else {
+        for (int done = 0; !done;) MPI_Testall(3, requests, &done, MPI_STATUSES_IGNORE);
+      }
+      const int want = size * (i + 1000 * t) + size * (size - 1) / 2;
+      const bool ok = sum == want && std::all_of(block.begin(), block.end(),
+                                                 [&](int v) { return v == i + t; });
+      if (!ok && wrong++ < 10)
+        std::fprintf(stderr, "rank %d: WRONG: thread %d, call %d: sum %d (want %d), broadcast %d\n",
+                     rank, t, i, sum, want, block[0]);
+    }
+  };
+  std::thread other(run, 1);
+  run(0);
+  other.join();
+  for (MPI_Comm& comm : comms) MPI_Comm_free(&comm);
+  checked_calls += 2 * 300 * 3;
+  return wrong.load();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  const bool threads = argc > 1 && std::strcmp(argv[1], "--threads") == 0;
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Init_thread(&argc, &argv, threads ? MPI_THREAD_MULTIPLE : MPI_THREAD_SINGLE, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   int world_size = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  if (threads && provided < MPI_THREAD_MULTIPLE) {
+    if (world_rank == 0) std::printf("mpi_collectives_check: MPI_THREAD_MULTIPLE not provided\n");
+    MPI_Finalize();
+    return 1;
+  }
   if (argc > 1 && (std::strcmp(argv[1], "--errors") == 0 || std::strcmp(argv[1], "--errors-fatal") == 0)) {
     const int bad = check_error_reporting(std::strcmp(argv[1], "--errors-fatal") == 0);
     MPI_Finalize();
     return bad;
   }
 
-  if (argc > 1 && std::strcmp(argv[1], "--quick") == 0) {  // a few calls of each kind
+  if (threads) {
+    failures += check_threads(world_rank, world_size);
+  } else if (argc > 1 && std::strcmp(argv[1], "--quick") == 0) {  // a few calls of each kind
     check_int8_sums_wrap(MPI_COMM_WORLD);
     check_allreduce<float>(MPI_COMM_WORLD, MPI_FLOAT, "MPI_FLOAT", Op::sum, 4099, false, false);
     check_nonblocking(MPI_COMM_WORLD, 1000, false);
