@@ -130,6 +130,9 @@ void set_up(Interposer& it) {
     for (const Collective c : kEverySize) it.min_bytes[c] = 0;
   it.min_bytes_given = given.has_value();
   pass_from_env(it.pass);
+  int provided = MPI_THREAD_SINGLE;
+  PMPI_Query_thread(&provided);
+  it.threads_at_once = provided == MPI_THREAD_MULTIPLE;
   it.ready.store(true, std::memory_order_release);
 }
 
@@ -317,6 +320,15 @@ int cancel_request(void*, int) { return MPI_SUCCESS; }  // a collective cannot b
 
 namespace {
 
+// The lock of the pending requests: the mutex only where threads may call
+// MPI at once (MPI_THREAD_MULTIPLE). Below that the program makes one MPI
+// call at a time, ordered by its own synchronization, and only threads in
+// MPI calls touch these requests.
+std::unique_lock<std::mutex> pending_lock(Interposer& it) {
+  if (it.threads_at_once) return std::unique_lock(it.mutex);
+  return std::unique_lock(it.mutex, std::defer_lock);
+}
+
 // The slot of the first of our requests among `requests`; null if none.
 // Under the mutex.
 Interposer::Pending* find_pending(Interposer& it, int n, const MPI_Request* requests) {
@@ -341,7 +353,7 @@ Interposer::Pending take(Interposer& it, Interposer::Pending* slot) {
 std::optional<Interposer::Pending> take_first(int n, const MPI_Request* requests, bool ended_only) {
   auto& it = interposer();
   if (it.pending_count.load(std::memory_order_acquire) == 0) return std::nullopt;
-  std::lock_guard lock(it.mutex);
+  const auto lock = pending_lock(it);
   Interposer::Pending* slot = find_pending(it, n, requests);
   if (slot == nullptr || (ended_only && !slot->work.test())) return std::nullopt;
   return take(it, slot);
@@ -408,7 +420,7 @@ int start_request(Interposer& it, chorus::Work work, MPI_Comm comm, std::functio
     }
     return rc;
   }
-  std::lock_guard lock(it.mutex);
+  const auto lock = pending_lock(it);
   Interposer::Pending* slot = nullptr;
   if (it.free_pending.empty()) {
     slot = &it.pending_slots.emplace_back();
@@ -425,7 +437,7 @@ int start_request(Interposer& it, chorus::Work work, MPI_Comm comm, std::functio
 chorus::Work* first_pending(int n, const MPI_Request* requests) {
   auto& it = interposer();
   if (it.pending_count.load(std::memory_order_acquire) == 0) return nullptr;
-  std::lock_guard lock(it.mutex);
+  const auto lock = pending_lock(it);
   Interposer::Pending* slot = find_pending(it, n, requests);
   return slot != nullptr ? &slot->work : nullptr;
 }

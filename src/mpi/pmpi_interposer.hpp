@@ -139,6 +139,9 @@ struct Interposer {
   std::size_t min_bytes[kCollectiveCount] = {};
   bool min_bytes_given = false;
   bool pass[kCollectiveCount] = {};  // CHORUS_MPI_PASS: always MPI's
+  // MPI_THREAD_MULTIPLE: threads may call MPI at once (the pending
+  // requests below take the mutex only then).
+  bool threads_at_once = true;
   // Calls by collective and route, counted (without the mutex) only when
   // verbose: the shared counter's atomic add is a tenth of what the
   // interposer adds to a small call.
@@ -148,7 +151,9 @@ struct Interposer {
   // (communicator_of() in pmpi_interposer.cpp).
   std::atomic<std::uint64_t> generation{1};
 
-  std::mutex mutex;  // guards everything below (MPI_THREAD_MULTIPLE programs)
+  // Guards everything below (MPI_THREAD_MULTIPLE programs); the pending
+  // requests only where threads_at_once (pending_lock() in the .cpp).
+  std::mutex mutex;
   int keyval = MPI_KEYVAL_INVALID;
   int error_class = 0;
   std::map<std::string, int> error_codes;  // Chorus message -> MPI error code
