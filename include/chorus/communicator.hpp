@@ -95,9 +95,9 @@ class CHORUS_API Work {
   // this thread waits (an MPI library's MPI_Wait: a peer may need one of
   // the program's other requests before it reaches this collective).
   // Throws its Error if it failed. A call no thread has started, next in
-  // the queue, runs on this thread, and every wait inside it calls
-  // `progress` every few polls, and at least every 200 us while it
-  // sleeps; otherwise this thread calls it every 200 us while Chorus's
+  // the queue, runs on this thread, and every wait inside it that lasts
+  // calls `progress` every 20 us while it spins, and at least every 200 us
+  // while it sleeps; otherwise this thread calls it every 200 us while Chorus's
   // worker runs the call. `progress` must not call this communicator.
   void wait_progressing(const std::function<void()>& progress);
   // The error it ended with, once it has ended badly.

@@ -8,8 +8,8 @@
 //
 // Contract for every wait of Chorus (the host segment's, the transports'):
 // with a hook set on the waiting thread, once the wait has not ended at
-// once it calls the hook every few polls while it spins, and sleeps at most
-// kHookedSleep at a time, calling the hook between sleeps. The hook must not
+// once it calls the hook every kHookInterval while it spins, and sleeps at
+// most kHookedSleep at a time, calling the hook between sleeps. The hook must not
 // call Chorus on the same communicator; it may throw (the call then fails
 // with that error, as on any error of a wait).
 #pragma once
@@ -21,6 +21,13 @@ namespace chorus {
 
 // The longest a hooked wait sleeps between calls of its hook.
 inline constexpr std::chrono::microseconds kHookedSleep{200};
+// The time between two calls of a hook while a wait spins. A hook is not
+// free: libchorus_pmpi's is an MPI_Iprobe, whose progress yields the core
+// when Open MPI runs oversubscribed. Called every 16 polls, it made 8-byte
+// nonblocking calls through the library at p = 4 on 2 cores take twice
+// their blocking form's time (18 us a call against 9.5;
+// docs/performance.md "Fifteenth pass").
+inline constexpr std::chrono::microseconds kHookInterval{20};
 
 namespace detail {
 inline thread_local const std::function<void()>* wait_hook = nullptr;

@@ -439,11 +439,16 @@ void Segment::wait_slowly(const std::function<bool()>& ready, transport::Deadlin
   const auto start = transport::Clock::now();
   const auto spin_end = start + transport::spin_before_sleep();
   const std::function<void()>* hook = current_wait_hook();
+  auto next_hook = start + kHookInterval;
   for (unsigned i = 1;; ++i) {
     if (ready()) return;
     if ((i & 15) == 0) {
-      if (hook) (*hook)();
-      if (transport::Clock::now() >= spin_end) break;
+      const auto now = transport::Clock::now();
+      if (hook && now >= next_hook) {
+        (*hook)();
+        next_hook = now + kHookInterval;
+      }
+      if (now >= spin_end) break;
       // With more ranks than cores, the rank we wait for may need this core.
       if (oversubscribed_) std::this_thread::yield();
     }

@@ -118,6 +118,7 @@ void Transport::wait(const Request& request, Deadline deadline,
   auto idle_since = start;
   unsigned idle_polls = 0;
   const std::function<void()>* hook = nullptr;  // read once the wait has lasted (wait_hook.hpp)
+  Clock::time_point next_hook{};
   while (!request.done()) {
     const bool moved = progress();
     if (on_poll) on_poll();
@@ -134,6 +135,7 @@ void Transport::wait(const Request& request, Deadline deadline,
       idle_since = now;
       if (start == Clock::time_point{}) start = now;
       hook = current_wait_hook();
+      next_hook = now + kHookInterval;
     }
     if (now >= deadline) {
       const double waited = std::chrono::duration<double>(now - start).count();
@@ -142,10 +144,11 @@ void Transport::wait(const Request& request, Deadline deadline,
                               waited, request.describe(), name()));
     }
     if (now - idle_since < spin_before_sleep()) {
-      if (idle_polls % 16 == 0) {
-        if (hook) (*hook)();
-        std::this_thread::yield();  // let an oversubscribed peer run
+      if (hook && now >= next_hook) {
+        (*hook)();
+        next_hook = now + kHookInterval;
       }
+      if (idle_polls % 16 == 0) std::this_thread::yield();  // let an oversubscribed peer run
       continue;
     }
     // Wake at least every 100 ms: a bound on what a lost wake-up can cost
