@@ -30,15 +30,15 @@ using chorus::ReduceOp;
 // Below this many bytes Open MPI's shared-memory path is as fast or faster
 // on one host even against Chorus's host segment: through this library at
 // p = 2, 8 B, the rooted calls (MPI_Bcast, MPI_Reduce, MPI_Gather,
-// MPI_Scatter) and most nonblocking ones run at 0.55-0.93x of Open MPI's
-// own time; from 1 KiB every collective is faster on Chorus (docs/mpi.md
+// MPI_Scatter and their v-forms) run at 0.55-0.95x of Open MPI's own time,
+// and MPI_Ibcast, _Ireduce, _Iallgather, _Ialltoall and _Ibarrier at
+// 0.83-0.98x; from 1 KiB every collective is faster on Chorus (docs/mpi.md
 // has the measurements). The nonblocking collectives too, since their
-// MPI_Wait runs the call itself: at p = 2, 1 KiB, MPI_Ibcast and the
-// reductions run at 1.14-1.96x of Open MPI's own, MPI_Iallgather and
-// _Ialltoall at par (0.90-1.10x); where ranks outnumber cores (p = 4 on 2)
-// those two and MPI_Ibcast at 0.79-1.01x (docs/performance.md "Thirteenth
-// pass"). 8-bit integer sums go to Chorus at every size (connect() in
-// pmpi_interposer.cpp), and so do the collectives of kEverySize.
+// MPI_Wait runs the call itself: at 1 KiB, 1.20-1.74x of Open MPI's own at
+// p = 2 and 1.55-3.9x at p = 4 on 2 cores (MPI_Ibarrier 0.98x at p = 2;
+// docs/performance.md "Fifteenth pass"). 8-bit integer sums go to Chorus
+// at every size (connect() in pmpi_interposer.cpp), and so do the
+// collectives of kEverySize.
 inline constexpr std::size_t kDefaultMinBytes = 1024;
 
 // Every wrapped collective, for the counts CHORUS_MPI_VERBOSE prints.
@@ -66,15 +66,19 @@ enum Collective {
   kIbarrier,
   kCollectiveCount
 };
-// The blocking collectives that go to Chorus at every size by default (no
-// threshold): through this library at 8-512 B,
-// MPI_Allreduce runs at 1.03-1.86x of Open MPI's own time at p = 2 and
-// 1.21-2.49x at p = 4; MPI_Allgather, MPI_Alltoall and
-// MPI_Reduce_scatter_block of 8 and 128 B at 1.09-1.35x and 1.18-2.2x, and
-// MPI_Reduce_scatter of 8 B at 1.05x and 1.95x (docs/performance.md
-// "Fourteenth pass"). CHORUS_MPI_MIN_BYTES, when set, applies to them too.
-inline constexpr Collective kEverySize[] = {kAllreduce, kAllgather, kAlltoall,
-                                           kReduceScatterBlock, kReduceScatter};
+// The collectives that go to Chorus at every size by default (no
+// threshold): through this library at 8-512 B, MPI_Allreduce runs at
+// 1.03-1.86x of Open MPI's own time at p = 2 and 1.21-2.49x at p = 4;
+// MPI_Allgather, MPI_Alltoall and MPI_Reduce_scatter_block of 8 and 128 B
+// at 1.09-1.35x and 1.18-2.2x, and MPI_Reduce_scatter of 8 B at 1.05x and
+// 1.95x (docs/performance.md "Fourteenth pass"); MPI_Iallreduce and
+// MPI_Ireduce_scatter_block of 8 and 128 B at 1.15-1.42x and 1.60-2.20x
+// (medians; "Fifteenth pass"). CHORUS_MPI_MIN_BYTES, when set, applies to
+// them too.
+inline constexpr Collective kEverySize[] = {kAllreduce,          kIallreduce,
+                                           kAllgather,          kAlltoall,
+                                           kReduceScatterBlock, kIreduceScatterBlock,
+                                           kReduceScatter};
 inline constexpr const char* kCollectiveNames[kCollectiveCount] = {
     "MPI_Allreduce",  "MPI_Iallreduce",           "MPI_Bcast",
     "MPI_Ibcast",     "MPI_Reduce",               "MPI_Ireduce",
