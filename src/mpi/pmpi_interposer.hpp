@@ -30,13 +30,14 @@ using chorus::ReduceOp;
 // Below this many bytes Open MPI's shared-memory path is as fast or faster
 // on one host even against Chorus's host segment: through this library at
 // p = 2, 8 B, the rooted calls (MPI_Bcast, MPI_Reduce, MPI_Gather,
-// MPI_Scatter and their v-forms) run at 0.55-0.95x of Open MPI's own time,
-// and MPI_Ibcast, _Ireduce, _Iallgather, _Ialltoall and _Ibarrier at
-// 0.83-0.98x; from 1 KiB every collective is faster on Chorus (docs/mpi.md
-// has the measurements). The nonblocking collectives too, since their
-// MPI_Wait runs the call itself: at 1 KiB, 1.20-1.74x of Open MPI's own at
-// p = 2 and 1.55-3.9x at p = 4 on 2 cores (MPI_Ibarrier 0.98x at p = 2;
-// docs/performance.md "Fifteenth pass"). 8-bit integer sums go to Chorus
+// MPI_Scatter and their v-forms) run at 0.49-0.97x of Open MPI's own time;
+// MPI_Iallgather, _Ialltoall and _Ibarrier at 0.90-0.98x at p = 2,
+// MPI_Ibcast at 0.68x at p = 4, and MPI_Ireduce's runs dip to 0.76x. From
+// 1 KiB every collective is faster on Chorus (docs/mpi.md has the
+// measurements), the nonblocking ones too, since their MPI_Wait runs the
+// call itself: 1.25-2.33x of Open MPI's own at p = 2 and 1.52-4.0x at p = 4
+// on 2 cores (but MPI_Ibarrier at p = 2, 0.95x; docs/performance.md
+// "Fifteenth pass"). 8-bit integer sums go to Chorus
 // at every size (connect() in pmpi_interposer.cpp), and so do the
 // collectives of kEverySize.
 inline constexpr std::size_t kDefaultMinBytes = 1024;
