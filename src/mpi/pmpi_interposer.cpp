@@ -330,7 +330,7 @@ std::unique_lock<std::mutex> pending_lock(Interposer& it) {
 }
 
 // The slot of the first of our requests among `requests`; null if none.
-// Under the mutex.
+// Under pending_lock().
 Interposer::Pending* find_pending(Interposer& it, int n, const MPI_Request* requests) {
   for (int i = 0; i < n; ++i)
     for (Interposer::Pending* slot : it.pending)
@@ -338,7 +338,7 @@ Interposer::Pending* find_pending(Interposer& it, int n, const MPI_Request* requ
   return nullptr;
 }
 
-// Moves `slot`'s request out, and frees the slot. Under the mutex.
+// Moves `slot`'s request out, and frees the slot. Under pending_lock().
 Interposer::Pending take(Interposer& it, Interposer::Pending* slot) {
   Interposer::Pending mine = std::move(*slot);
   *slot = Interposer::Pending{};
