@@ -73,7 +73,7 @@ enum Collective {
 // MPI_Allgather, MPI_Alltoall and MPI_Reduce_scatter_block of 8 and 128 B
 // at 1.09-1.35x and 1.18-2.2x, and MPI_Reduce_scatter of 8 B at 1.05x and
 // 1.95x (docs/performance.md "Fourteenth pass"); MPI_Iallreduce and
-// MPI_Ireduce_scatter_block of 8 and 128 B at 1.15-1.42x and 1.60-2.20x
+// MPI_Ireduce_scatter_block of 8 and 128 B at 1.40-1.66x and 1.78-2.43x
 // (medians; "Fifteenth pass"). CHORUS_MPI_MIN_BYTES, when set, applies to
 // them too.
 inline constexpr Collective kEverySize[] = {kAllreduce,          kIallreduce,
