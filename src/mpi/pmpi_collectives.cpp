@@ -41,7 +41,8 @@ bool describe_into(MPI_Datatype type, TypeInfo& info) {
   return info.valid;
 }
 
-bool valid_root(int root, MPI_Comm comm) { return root >= 0 && root < comm_size(comm); }
+bool valid_root(int root, int p) { return root >= 0 && root < p; }
+bool valid_root(int root, MPI_Comm comm) { return valid_root(root, comm_size(comm)); }
 
 // p non-negative counts (and, for valid_blocks, displacements) of a v-form.
 bool valid_counts(const int* counts, int p) {
@@ -455,7 +456,7 @@ int gather(Collective which, const void* sendbuf, int sendcount, MPI_Datatype se
   const bool at_root = me == root;
   const bool uses_send = !(at_root && in_place(sendbuf));
   if (r == Route::chorus &&
-      (!valid_root(root, comm) || (!at_root && in_place(sendbuf)) ||
+      (!valid_root(root, p) || (!at_root && in_place(sendbuf)) ||
        (uses_send && (sendcount < 0 || !describe_into(sendtype, send_info))) ||
        (at_root && !describe_into(recvtype, taken.info)) ||
        (at_root && (which == kGatherv ? !valid_blocks(counts, displs, p) : recvcount < 0))))
@@ -526,7 +527,7 @@ int scatter(Collective which, const void* sendbuf, int sendcount, const int* cou
   const bool at_root = me == root;
   const bool uses_recv = !(at_root && in_place(recvbuf));
   if (r == Route::chorus &&
-      (!valid_root(root, comm) || (!at_root && in_place(recvbuf)) ||
+      (!valid_root(root, p) || (!at_root && in_place(recvbuf)) ||
        (uses_recv && (recvcount < 0 || !describe_into(recvtype, taken.info))) ||
        (at_root && !describe_into(sendtype, send_info)) ||
        (at_root && (which == kScatterv ? !valid_blocks(counts, displs, p) : sendcount < 0))))
