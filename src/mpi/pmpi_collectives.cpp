@@ -124,10 +124,13 @@ int reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
   // recvbuf matters at the root only, so it is no part of the decision.
   const Collective c = request ? kIreduce : kReduce;
   Route r = start(it, comm, c);
-  if (r == Route::chorus && (count < 0 || !valid_root(root, comm) ||
-                             (in_place(sendbuf) && comm_rank(comm) != root)))
-    r = Route::invalid_arguments;
+  if (r == Route::chorus && count < 0) r = Route::invalid_arguments;
   if (r == Route::chorus) r = reduction(datatype, op, taken);
+  // The threshold before the root's checks (as MPI_Bcast's).
+  if (r == Route::chorus) r = threshold(it, c, bytes_of(count, taken.info), taken);
+  if (r == Route::chorus &&
+      (!valid_root(root, comm) || (in_place(sendbuf) && comm_rank(comm) != root)))
+    r = Route::invalid_arguments;
   if (r == Route::chorus) r = connect(it, c, bytes_of(count, taken.info), comm, taken);
   tally(it, c, r);
   if (r != Route::chorus)
@@ -236,8 +239,12 @@ int bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm com
   Taken taken;
   const Collective c = request ? kIbcast : kBcast;
   Route r = start(it, comm, c);
-  if (r == Route::chorus && (count < 0 || !valid_root(root, comm) || !describe_into(datatype, taken.info)))
+  if (r == Route::chorus && (count < 0 || !describe_into(datatype, taken.info)))
     r = Route::invalid_arguments;
+  // The threshold before the root's check: a call MPI keeps (which checks
+  // its root itself) need not ask MPI for the communicator's size.
+  if (r == Route::chorus) r = threshold(it, c, bytes_of(count, taken.info), taken);
+  if (r == Route::chorus && !valid_root(root, comm)) r = Route::invalid_arguments;
   if (r == Route::chorus) r = connect(it, c, bytes_of(count, taken.info), comm, taken);
   tally(it, c, r);
   if (r != Route::chorus)

@@ -251,13 +251,17 @@ Route reduction(MPI_Datatype datatype, MPI_Op op, Taken& taken) {
   return Route::chorus;
 }
 
-// Past the argument checks: the size threshold, then the communicator.
 // 8-bit integer sums go to Chorus at every size: Open MPI 4.1's op/avx
 // saturates them where MPI says they wrap, and Chorus wraps.
-Route connect(Interposer& it, Collective c, std::size_t bytes, MPI_Comm comm, Taken& taken) {
+Route threshold(const Interposer& it, Collective c, std::size_t bytes, const Taken& taken) {
   const bool mpi_saturates = taken.reduces && taken.op == ReduceOp::sum &&
                              (taken.type == DataType::int8 || taken.type == DataType::uint8);
-  if (bytes < it.min_bytes[c] && !mpi_saturates) return Route::below_min_bytes;
+  return bytes < it.min_bytes[c] && !mpi_saturates ? Route::below_min_bytes : Route::chorus;
+}
+
+// Past the argument checks: the size threshold, then the communicator.
+Route connect(Interposer& it, Collective c, std::size_t bytes, MPI_Comm comm, Taken& taken) {
+  if (threshold(it, c, bytes, taken) != Route::chorus) return Route::below_min_bytes;
   Route r = Route::chorus;
   taken.chorus = communicator_of(it, comm, r);
   return taken.chorus ? Route::chorus : r;

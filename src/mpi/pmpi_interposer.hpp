@@ -219,8 +219,10 @@ inline constexpr std::size_t kAnySize = static_cast<std::size_t>(-1);
 Route start(Interposer& it, MPI_Comm comm, Collective c);
 // The element type and op of a reduction over `datatype`, as Chorus's.
 Route reduction(MPI_Datatype datatype, MPI_Op op, Taken& taken);
-// At least collective `c`'s CHORUS_MPI_MIN_BYTES, or kAnySize, and a
-// Chorus communicator for `comm`.
+// At least collective `c`'s CHORUS_MPI_MIN_BYTES, or kAnySize (or an 8-bit
+// integer sum).
+Route threshold(const Interposer& it, Collective c, std::size_t bytes, const Taken& taken);
+// threshold(), then a Chorus communicator for `comm`.
 Route connect(Interposer& it, Collective c, std::size_t bytes, MPI_Comm comm, Taken& taken);
 int comm_size(MPI_Comm comm);
 int comm_rank(MPI_Comm comm);
