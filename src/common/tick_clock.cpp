@@ -45,12 +45,17 @@ std::uint64_t TickClock::now() const noexcept {
 }
 
 double TickClock::seconds(std::uint64_t ticks) const noexcept {
-  if (!counter_) return static_cast<double>(ticks) * 1e-9;
-  auto elapsed = std::chrono::steady_clock::now() - start_time_;
-  if (elapsed < std::chrono::milliseconds(1)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1) - elapsed);
-    elapsed = std::chrono::steady_clock::now() - start_time_;
+  if (counter_) {
+    const auto elapsed = std::chrono::steady_clock::now() - start_time_;
+    if (elapsed < std::chrono::milliseconds(1))
+      std::this_thread::sleep_for(std::chrono::milliseconds(1) - elapsed);
   }
+  return seconds_roughly(ticks);
+}
+
+double TickClock::seconds_roughly(std::uint64_t ticks) const noexcept {
+  if (!counter_) return static_cast<double>(ticks) * 1e-9;
+  const auto elapsed = std::chrono::steady_clock::now() - start_time_;
   const std::uint64_t elapsed_ticks = now() - start_ticks_;
   if (elapsed_ticks == 0) return 0;
   return static_cast<double>(ticks) * std::chrono::duration<double>(elapsed).count() /

@@ -580,10 +580,9 @@ Work Communicator::Impl::submit_async(core::Call call) {
   }
   state->queue_access = queue_access;
   const bool deferred = call.deferred;
-  const auto now =
-      deferred ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+  const std::uint64_t now = deferred ? call_clock.now() : 0;
   if (deferred) {
-    state->start_after = now + kDeferredGrace;
+    state->deferred_since = now;
     state->deferred.store(true, std::memory_order_relaxed);
   }
   // The v-forms' layouts of its own: the calling thread reuses its
@@ -654,7 +653,7 @@ void Communicator::Impl::expedite(Work::State* target) {
                                  [&](const auto& entry) { return entry.second.get() == target; });
     if (it == queue.end()) return;
     for (auto at = queue.begin(); at != std::next(it); ++at) {
-      at->second->start_after = {};
+      at->second->deferred_since = 0;
       at->second->deferred.store(false, std::memory_order_relaxed);
     }
   }
@@ -699,6 +698,12 @@ void Communicator::Impl::run_front(std::unique_lock<std::mutex>& lock) {
   worker_busy = false;
 }
 
+std::chrono::duration<double> Communicator::Impl::time_since(std::uint64_t ticks) const {
+  const std::uint64_t now = call_clock.now();
+  // Another core's counter may lag: no time has passed then.
+  return std::chrono::duration<double>(now > ticks ? call_clock.seconds_roughly(now - ticks) : 0.0);
+}
+
 void Communicator::Impl::start_worker() {
   if (!worker.joinable()) worker = std::thread([this] { worker_loop(); });
 }
@@ -708,15 +713,14 @@ void Communicator::Impl::worker_loop() {
   // between calls (every kPointToPointPoll); otherwise it sleeps until a
   // call is queued.
   constexpr auto kPointToPointPoll = std::chrono::microseconds(50);
-  using SteadyClock = std::chrono::steady_clock;
   std::unique_lock lock(queue_mutex);
   for (;;) {
     // A waiter running its queued call itself (run_queued_next()) holds
     // worker_busy; the worker takes none meanwhile, nor a deferred call
     // before its time (stopping runs it at once).
     const auto front_due = [&] {
-      const auto after = queue.front().second->start_after;
-      return after == SteadyClock::time_point{} || after <= SteadyClock::now();
+      const std::uint64_t since = queue.front().second->deferred_since;
+      return since == 0 || time_since(since) >= kDeferredGrace;
     };
     const auto ready = [&] {
       return stopping || (!queue.empty() && !worker_busy.load() && front_due());
@@ -747,12 +751,12 @@ void Communicator::Impl::worker_loop() {
                         [&] { return ready() || submitted != submitted_before; });
     } else if (!queue.empty() && !worker_busy.load() && !front_due()) {
       worker_polls = true;  // a deferred call's time: its waiter may run it first
-      // A copy: the waiter may run the call and free its state meanwhile.
-      const auto due = queue.front().second->start_after;
-      queue_cv.wait_until(lock, due, woken);
+      // Read now: the waiter may run the call and free its state meanwhile.
+      const auto left = kDeferredGrace - time_since(queue.front().second->deferred_since);
+      queue_cv.wait_for(lock, left, woken);
       worker_polls = false;
     } else if ((queue.empty() || worker_busy.load()) &&
-               SteadyClock::now() - last_deferred < kDeferredRecent) {
+               last_deferred != 0 && time_since(last_deferred) < kDeferredRecent) {
       // Nothing to take now (a waiter may be running queued calls): a look
       // every kDeferredPoll, so that deferred calls need not wake it.
       worker_polls = true;

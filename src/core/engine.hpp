@@ -73,10 +73,12 @@ struct Work::State {
   // A queued collective's engine: Work::wait() runs the call itself if no
   // thread has taken it yet. Empty for point-to-point work.
   std::weak_ptr<QueueAccess> queue_access;
-  // A deferred call (CallOptions::deferred) the worker leaves alone until
-  // `start_after` (under the engine's queue_mutex); `deferred` is cleared by
-  // the first test() or wait() that makes it start at once (expedite()).
-  std::chrono::steady_clock::time_point start_after{};
+  // A deferred call (CallOptions::deferred) the worker leaves alone for
+  // kDeferredGrace from `deferred_since` (the engine's call_clock ticks at
+  // its submit; 0: it may start at once; under the engine's queue_mutex);
+  // `deferred` is cleared by the first test() or wait() that makes it
+  // start at once (expedite()).
+  std::uint64_t deferred_since = 0;
   std::atomic<bool> deferred{false};
   void finish(std::optional<Error> e);
 };
@@ -151,6 +153,11 @@ struct Communicator::Impl {
   Error poisoned_error() const;  // "unusable after an earlier error: <the first>"
   void worker_loop();
   void start_worker();  // under queue_mutex
+  // The time since `ticks` of call_clock (a deferred call's submit): the
+  // submit reads the time-stamp counter, 10 ns here, where steady_clock
+  // costs 30 on every nonblocking call through libchorus_pmpi; the worker
+  // converts.
+  std::chrono::duration<double> time_since(std::uint64_t ticks) const;
   // On the calling thread, a Work::wait() of `wait_seconds`: runs
   // `target`'s call when it is next in the queue, no thread (the worker,
   // another waiter) is running queued calls, and the wait is at least the
@@ -229,7 +236,7 @@ struct Communicator::Impl {
   // was queued, and whether the worker will look at the queue without being
   // woken (it spins, or sleeps only until its next look): then their submit
   // need not wake it.
-  std::chrono::steady_clock::time_point last_deferred{};
+  std::uint64_t last_deferred = 0;  // call_clock ticks; 0: none yet
   bool worker_polls = false;
   // A submit has notified the worker, which has not waited since: later
   // submits need not (under queue_mutex). Woken but not yet run (ranks on
