@@ -755,8 +755,8 @@ void Communicator::Impl::worker_loop() {
       const auto left = kDeferredGrace - time_since(queue.front().second->deferred_since);
       queue_cv.wait_for(lock, left, woken);
       worker_polls = false;
-    } else if ((queue.empty() || worker_busy.load()) &&
-               last_deferred != 0 && time_since(last_deferred) < kDeferredRecent) {
+    } else if ((queue.empty() || worker_busy.load()) && last_deferred != 0 &&
+               time_since(last_deferred) < kDeferredRecent) {
       // Nothing to take now (a waiter may be running queued calls): a look
       // every kDeferredPoll, so that deferred calls need not wake it.
       worker_polls = true;

@@ -556,7 +556,8 @@ int scatter(Collective which, const void* sendbuf, int sendcount, const int* cou
     return on_chorus(it, comm, kCollectiveNames[which], [&] {
       const std::size_t block = at_root ? bytes_of(sendcount, send_info) : 0;
       const auto* in = static_cast<const std::byte*>(sendbuf);
-      void* mine = uses_recv ? recvbuf : const_cast<std::byte*>(in) + static_cast<std::size_t>(me) * block;
+      void* mine =
+          uses_recv ? recvbuf : const_cast<std::byte*>(in) + static_cast<std::size_t>(me) * block;
       const std::size_t my_bytes = uses_recv ? bytes_of(recvcount, taken.info) : block;
       if (at_root) expect_bytes(block, my_bytes, "the root's block");
       if (which == kScatterv)

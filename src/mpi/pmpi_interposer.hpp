@@ -76,10 +76,9 @@ enum Collective {
 // MPI_Ireduce_scatter_block of 8 and 128 B at 1.40-1.66x and 1.78-2.43x
 // (medians; "Fifteenth pass"). CHORUS_MPI_MIN_BYTES, when set, applies to
 // them too.
-inline constexpr Collective kEverySize[] = {kAllreduce,          kIallreduce,
-                                           kAllgather,          kAlltoall,
-                                           kReduceScatterBlock, kIreduceScatterBlock,
-                                           kReduceScatter};
+inline constexpr Collective kEverySize[] = {
+    kAllreduce,          kIallreduce,          kAllgather,    kAlltoall,
+    kReduceScatterBlock, kIreduceScatterBlock, kReduceScatter};
 inline constexpr const char* kCollectiveNames[kCollectiveCount] = {
     "MPI_Allreduce",  "MPI_Iallreduce",           "MPI_Bcast",
     "MPI_Ibcast",     "MPI_Reduce",               "MPI_Ireduce",

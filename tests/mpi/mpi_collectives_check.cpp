@@ -1090,8 +1090,8 @@ long check_threads(int rank, int size) {
         for (int done = 0; !done;) MPI_Testall(3, requests, &done, MPI_STATUSES_IGNORE);
       }
       const int want = size * (i + 1000 * t) + size * (size - 1) / 2;
-      const bool ok = sum == want && std::all_of(block.begin(), block.end(),
-                                                 [&](int v) { return v == i + t; });
+      const bool ok =
+          sum == want && std::all_of(block.begin(), block.end(), [&](int v) { return v == i + t; });
       if (!ok && wrong++ < 10)
         std::fprintf(stderr, "rank %d: WRONG: thread %d, call %d: sum %d (want %d), broadcast %d\n",
                      rank, t, i, sum, want, block[0]);
