@@ -47,20 +47,22 @@ done; done
 fi
 
 # 4. call_loops.cpp (a plain MPI program: each kind of call in a loop,
-#    nonblocking ones waited at once), 3 alternating runs:
-#    a. p = 2, 8 B, every kind: Open MPI alone, the library before and
+#    nonblocking ones waited at once; the fifteenth pass's, whose kinds
+#    0-13 are this pass's), 3 alternating runs:
+#    a. p = 2, 8 B, kinds 0-13: Open MPI alone, the library before and
 #       after with CHORUS_MPI_MIN_BYTES=0 (the worker woken once);
 #    b. p = 2 and 4, 8 and 128 B, MPI_Allreduce, _Allgather, _Alltoall and
 #       _Reduce_scatter_block: Open MPI alone, and the library after with
 #       its default settings (which send them to Chorus at every size).
 if [[ $STEPS == *4* ]]; then
-mpicxx -O2 -o $out/call_loops $out/call_loops.cpp
+mpicxx -O2 -o $out/call_loops docs/perf/shm_pass15/call_loops.cpp
+every_kind=0,1,2,3,4,5,6,7,8,9,10,11,12,13
 preload() { echo -x LD_LIBRARY_PATH=$1/src -x LD_PRELOAD=$1/src/libchorus_pmpi.so; }
 for rep in 1 2 3; do
-  mpirun -np 2 $out/call_loops 30000 > $out/loops_mpi_$rep.csv 2>/dev/null
+  mpirun -np 2 $out/call_loops 30000 2 $every_kind > $out/loops_mpi_$rep.csv 2>/dev/null
   for which in base new; do
     b=$NEW; [ $which = base ] && b=$BASE
-    mpirun -np 2 $(preload $b) -x CHORUS_MPI_MIN_BYTES=0 $out/call_loops 30000 > $out/loops_${which}_$rep.csv 2>/dev/null
+    mpirun -np 2 $(preload $b) -x CHORUS_MPI_MIN_BYTES=0 $out/call_loops 30000 2 $every_kind > $out/loops_${which}_$rep.csv 2>/dev/null
   done
   for p in 2 4; do for ints in 2 32; do
     n=30000; [ $p = 4 ] && n=3000

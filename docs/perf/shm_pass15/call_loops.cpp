@@ -1,7 +1,8 @@
-// Fifteenth pass (docs/performance.md; the fourteenth pass's, with the
-// rooted gather and scatter added as kinds 14-17): loops of one MPI call
-// after another, each kind in turn, as a plain MPI program (run.sh builds
-// and runs it). Nonblocking calls are waited at once. Each kind runs 3
+// Fourteenth and fifteenth passes (docs/performance.md; the fifteenth
+// added the rooted gather and scatter as kinds 14-17, which the
+// fourteenth's run.sh leaves out): loops of one MPI call after another,
+// each kind in turn, as a plain MPI program (each pass's run.sh builds and
+// runs it). Nonblocking calls are waited at once. Each kind runs 3
 // rounds of N calls between barriers; the figure is the slowest rank's mean
 // per call, the better of rounds 2 and 3. The nonblocking kinds after the
 // blocking ones come more than 100 ms after the last nonblocking call: what
