@@ -5,6 +5,7 @@
 // when dense, else packed); reductions as their element type.
 #include "mpi/pmpi_interposer.hpp"
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <vector>
@@ -339,11 +340,40 @@ int allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* r
 struct BlockArrays {
   std::span<const std::size_t> bytes, offsets;
 };
+struct BlockArrayStorage {
+  std::vector<std::size_t> bytes, offsets;
+  BlockArrays view() const { return {bytes, offsets}; }
+};
+BlockArrayStorage& block_array_storage(int side) {
+  thread_local BlockArrayStorage sides[2];
+  return sides[side];
+}
 BlockArrays block_arrays(const Staged& staged, int side) {
-  thread_local std::vector<std::size_t> bytes[2], offsets[2];
-  staged.all_block_bytes(bytes[side]);
-  staged.all_block_offsets(offsets[side]);
-  return {bytes[side], offsets[side]};
+  BlockArrayStorage& arrays = block_array_storage(side);
+  staged.all_block_bytes(arrays.bytes);
+  staged.all_block_offsets(arrays.offsets);
+  return arrays.view();
+}
+// The same for a dense buffer's blocks without a Staged: item i of block j
+// at (displs[j] + i) * size. The caller has checked that no displacement is
+// negative (dense_blocks()).
+BlockArrays dense_block_arrays(const int* counts, const int* displs, int p, std::size_t size,
+                               int side) {
+  BlockArrayStorage& arrays = block_array_storage(side);
+  const auto up = static_cast<std::size_t>(p);
+  arrays.bytes.resize(up);
+  arrays.offsets.resize(up);
+  for (std::size_t j = 0; j < up; ++j) {
+    arrays.bytes[j] = static_cast<std::size_t>(counts[j]) * size;
+    arrays.offsets[j] = static_cast<std::size_t>(displs[j]) * size;
+  }
+  return arrays.view();
+}
+// Whether a v-form's buffer of `info` goes to Chorus as it is: dense, and
+// no block before its start (Chorus's offsets are unsigned; such a buffer
+// is staged).
+bool dense_blocks(const int* displs, int p, const TypeInfo& info) {
+  return info.dense && std::none_of(displs, displs + p, [](int d) { return d < 0; });
 }
 
 int allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
@@ -482,19 +512,28 @@ int gather(Collective which, const void* sendbuf, int sendcount, MPI_Datatype se
     return PMPI_Gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
   }
   // Dense buffers go straight to Chorus, as MPI_Allreduce's do: a rank's
-  // own block everywhere, and the root's whole receive buffer for
-  // MPI_Gather (MPI_Gatherv's root stages, for its block arrays).
-  if ((!uses_send || send_info.dense) && (!at_root || (which == kGather && taken.info.dense)))
+  // own block everywhere, and the root's whole receive buffer.
+  if ((!uses_send || send_info.dense) &&
+      (!at_root || (which == kGather ? taken.info.dense : dense_blocks(displs, p, taken.info))))
     return on_chorus(it, comm, kCollectiveNames[which], [&] {
-      const std::size_t block = at_root ? bytes_of(recvcount, taken.info) : 0;
       auto* out = static_cast<std::byte*>(recvbuf);
+      const std::size_t send_bytes = uses_send ? bytes_of(sendcount, send_info) : 0;
+      if (which == kGatherv) {
+        const BlockArrays blocks =
+            at_root ? dense_block_arrays(counts, displs, p, taken.info.size, 0) : BlockArrays{};
+        const auto self = static_cast<std::size_t>(me);
+        if (at_root && uses_send)
+          expect_bytes(send_bytes, blocks.bytes[self], "the root's send buffer");
+        taken.chorus->gatherv(uses_send ? sendbuf : out + blocks.offsets[self],
+                              uses_send ? send_bytes : blocks.bytes[self], at_root ? out : nullptr,
+                              blocks.bytes, blocks.offsets, kBytes, root);
+        return;
+      }
+      const std::size_t block = at_root ? bytes_of(recvcount, taken.info) : 0;
       const void* mine = uses_send ? sendbuf : out + static_cast<std::size_t>(me) * block;
-      const std::size_t my_bytes = uses_send ? bytes_of(sendcount, send_info) : block;
+      const std::size_t my_bytes = uses_send ? send_bytes : block;
       if (at_root) expect_bytes(my_bytes, block, "the root's send buffer");
-      if (which == kGatherv)
-        taken.chorus->gatherv(mine, my_bytes, nullptr, {}, {}, kBytes, root);
-      else
-        taken.chorus->gather(mine, at_root ? out : nullptr, my_bytes, kBytes, root);
+      taken.chorus->gather(mine, at_root ? out : nullptr, my_bytes, kBytes, root);
     });
   return on_chorus(it, comm, kCollectiveNames[which], [&] {
     const Staged recv = !at_root            ? Staged{}
@@ -551,19 +590,27 @@ int scatter(Collective which, const void* sendbuf, int sendcount, const int* cou
     return PMPI_Scatter(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
   }
   // Dense buffers straight to Chorus (as gather()'s): a rank's own block
-  // everywhere, and the root's whole send buffer for MPI_Scatter.
-  if ((!uses_recv || taken.info.dense) && (!at_root || (which == kScatter && send_info.dense)))
+  // everywhere, and the root's whole send buffer.
+  if ((!uses_recv || taken.info.dense) &&
+      (!at_root || (which == kScatter ? send_info.dense : dense_blocks(displs, p, send_info))))
     return on_chorus(it, comm, kCollectiveNames[which], [&] {
+      auto* in = static_cast<std::byte*>(const_cast<void*>(sendbuf));
+      const std::size_t recv_bytes = uses_recv ? bytes_of(recvcount, taken.info) : 0;
+      if (which == kScatterv) {
+        const BlockArrays blocks =
+            at_root ? dense_block_arrays(counts, displs, p, send_info.size, 0) : BlockArrays{};
+        const auto self = static_cast<std::size_t>(me);
+        if (at_root && uses_recv) expect_bytes(blocks.bytes[self], recv_bytes, "the root's block");
+        taken.chorus->scatterv(at_root ? in : nullptr, blocks.bytes, blocks.offsets,
+                               uses_recv ? recvbuf : in + blocks.offsets[self],
+                               uses_recv ? recv_bytes : blocks.bytes[self], kBytes, root);
+        return;
+      }
       const std::size_t block = at_root ? bytes_of(sendcount, send_info) : 0;
-      const auto* in = static_cast<const std::byte*>(sendbuf);
-      void* mine =
-          uses_recv ? recvbuf : const_cast<std::byte*>(in) + static_cast<std::size_t>(me) * block;
-      const std::size_t my_bytes = uses_recv ? bytes_of(recvcount, taken.info) : block;
+      void* mine = uses_recv ? recvbuf : in + static_cast<std::size_t>(me) * block;
+      const std::size_t my_bytes = uses_recv ? recv_bytes : block;
       if (at_root) expect_bytes(block, my_bytes, "the root's block");
-      if (which == kScatterv)
-        taken.chorus->scatterv(nullptr, {}, {}, mine, my_bytes, kBytes, root);
-      else
-        taken.chorus->scatter(at_root ? in : nullptr, mine, my_bytes, kBytes, root);
+      taken.chorus->scatter(at_root ? in : nullptr, mine, my_bytes, kBytes, root);
     });
   return on_chorus(it, comm, kCollectiveNames[which], [&] {
     const Staged send = !at_root             ? Staged{}

@@ -908,6 +908,101 @@ void check_derived_datatypes(MPI_Comm comm) {
   MPI_Type_free(&mixed);
 }
 
+// MPI_Gatherv and MPI_Scatterv whose root buffer is laid out three ways:
+// blocks before the buffer's start (negative displacements, which Chorus's
+// unsigned offsets cannot say: staged), a dense derived type of two ints
+// (displacements in pairs), and ints 8 bytes apart (not dense: staged,
+// the holes untouched). Small blocks and blocks larger than a slot takes.
+void check_v_form_layouts(MPI_Comm comm) {
+  int rank = 0, size = 0;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  const auto p = static_cast<std::size_t>(size);
+  MPI_Datatype pair, spaced;
+  MPI_Type_contiguous(2, MPI_INT, &pair);
+  MPI_Type_commit(&pair);
+  MPI_Type_create_resized(MPI_INT, 0, 8, &spaced);
+  MPI_Type_commit(&spaced);
+  for (std::size_t base : {std::size_t{3}, std::size_t{20000}}) {
+    const int root = size - 1;
+    const bool at_root = rank == root;
+    // Block j: base + j items, in reverse order, back to back (in items).
+    std::vector<int> counts(p), displs(p);
+    int total = 0;
+    for (int j = size - 1; j >= 0; --j) {
+      counts[static_cast<std::size_t>(j)] = static_cast<int>(base) + j;
+      displs[static_cast<std::size_t>(j)] = total;
+      total += counts[static_cast<std::size_t>(j)];
+    }
+    const auto mine = static_cast<std::size_t>(counts[static_cast<std::size_t>(rank)]);
+    const auto value = [&](int j, std::size_t i) { return j * 100000 + static_cast<int>(i) + 7; };
+    std::vector<int> send(2 * mine);
+    for (std::size_t i = 0; i < send.size(); ++i) send[i] = value(rank, i);
+
+    // Negative displacements: the root's recvbuf is the end of its buffer.
+    std::vector<int> below(static_cast<std::size_t>(total), -1), got(mine, -1);
+    std::vector<int> back(p);
+    for (std::size_t j = 0; j < p; ++j) back[j] = displs[j] - total;
+    int rc = MPI_Gatherv(send.data(), static_cast<int>(mine), MPI_INT, below.data() + total,
+                         counts.data(), back.data(), MPI_INT, root, comm);
+    bool ok = rc == MPI_SUCCESS;
+    for (int j = 0; j < size && ok && at_root; ++j)
+      for (int i = 0; i < counts[static_cast<std::size_t>(j)] && ok; ++i)
+        ok = below[static_cast<std::size_t>(displs[static_cast<std::size_t>(j)] + i)] ==
+             value(j, static_cast<std::size_t>(i));
+    expect(ok, where_of("MPI_Gatherv", base, "MPI_INT", size, ", negative displacements"),
+           "wrong blocks");
+    rc = MPI_Scatterv(below.data() + total, counts.data(), back.data(), MPI_INT, got.data(),
+                      static_cast<int>(mine), MPI_INT, root, comm);
+    ok = rc == MPI_SUCCESS;
+    for (std::size_t i = 0; i < mine && ok; ++i) ok = got[i] == value(rank, i);
+    expect(ok, where_of("MPI_Scatterv", base, "MPI_INT", size, ", negative displacements"),
+           "wrong block");
+
+    // Pairs of ints at the root, plain ints elsewhere: block j is counts[j] pairs.
+    std::vector<int> pairs(2 * static_cast<std::size_t>(total), -1);
+    rc = MPI_Gatherv(send.data(), static_cast<int>(2 * mine), MPI_INT, pairs.data(), counts.data(),
+                     displs.data(), pair, root, comm);
+    ok = rc == MPI_SUCCESS;
+    for (int j = 0; j < size && ok && at_root; ++j)
+      for (int i = 0; i < 2 * counts[static_cast<std::size_t>(j)] && ok; ++i)
+        ok = pairs[2 * static_cast<std::size_t>(displs[static_cast<std::size_t>(j)]) +
+                   static_cast<std::size_t>(i)] == value(j, static_cast<std::size_t>(i));
+    expect(ok, where_of("MPI_Gatherv", base, "contiguous(2, MPI_INT) at the root", size),
+           "wrong blocks");
+    std::vector<int> got_pairs(2 * mine, -1);
+    rc = MPI_Scatterv(pairs.data(), counts.data(), displs.data(), pair, got_pairs.data(),
+                      static_cast<int>(2 * mine), MPI_INT, root, comm);
+    ok = rc == MPI_SUCCESS;
+    for (std::size_t i = 0; i < 2 * mine && ok; ++i) ok = got_pairs[i] == value(rank, i);
+    expect(ok, where_of("MPI_Scatterv", base, "contiguous(2, MPI_INT) at the root", size),
+           "wrong block");
+
+    // Ints 8 bytes apart at the root: every other int is a hole.
+    std::vector<int> holes(2 * static_cast<std::size_t>(total), -3);
+    rc = MPI_Gatherv(send.data(), static_cast<int>(mine), MPI_INT, holes.data(), counts.data(),
+                     displs.data(), spaced, root, comm);
+    ok = rc == MPI_SUCCESS;
+    for (int j = 0; j < size && ok && at_root; ++j)
+      for (int i = 0; i < counts[static_cast<std::size_t>(j)] && ok; ++i) {
+        const std::size_t at =
+            2 * static_cast<std::size_t>(displs[static_cast<std::size_t>(j)] + i);
+        ok = holes[at] == value(j, static_cast<std::size_t>(i)) && holes[at + 1] == -3;
+      }
+    expect(ok, where_of("MPI_Gatherv", base, "resized(MPI_INT, 0, 8) at the root", size),
+           "wrong blocks or a hole written");
+    std::fill(got.begin(), got.end(), -1);
+    rc = MPI_Scatterv(holes.data(), counts.data(), displs.data(), spaced, got.data(),
+                      static_cast<int>(mine), MPI_INT, root, comm);
+    ok = rc == MPI_SUCCESS;
+    for (std::size_t i = 0; i < mine && ok; ++i) ok = got[i] == value(rank, i);
+    expect(ok, where_of("MPI_Scatterv", base, "resized(MPI_INT, 0, 8) at the root", size),
+           "wrong block");
+  }
+  MPI_Type_free(&pair);
+  MPI_Type_free(&spaced);
+}
+
 // A derived datatype and a user-defined op must pass through to MPI.
 void pair_sum(void* in, void* inout, int* len, MPI_Datatype*) {
   auto* a = static_cast<int*>(in);
@@ -1055,6 +1150,7 @@ void run_full_sweep(int world_rank, int world_size) {
     sweep_more_collectives(comm);
     check_more_types(comm);
     check_derived_datatypes(comm);
+    check_v_form_layouts(comm);
   }
   sweep(grouped);
   if (created != MPI_COMM_NULL) sweep_other_collectives(created);
