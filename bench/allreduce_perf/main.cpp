@@ -393,16 +393,23 @@ class Runner {
   }
 
 #if defined(CHORUS_PERF_WITH_MPI)
-  // The matching MPI collective on the same buffers (out of place).
-  void call_mpi(std::size_t count, MPI_Datatype t, MPI_Op m) {
-    void* send = send_->data();
+  // The matching MPI collective on the same buffers, out of place or with
+  // MPI_IN_PLACE (for the collectives timed in place here: MPI reads the
+  // input from the receive buffer; its reduce-scatter leaves its block at
+  // the buffer's start, where Chorus's is this rank's block of it).
+  void call_mpi(std::size_t count, MPI_Datatype t, MPI_Op m, bool in_place) {
     void* recv = recv_->data();
+    const void* send = in_place ? MPI_IN_PLACE : send_->data();
     const int n = static_cast<int>(per_rank(count));
+    const bool root = rank_ == o_.root;
     switch (o_.collective) {
       case PerfCollective::allreduce: MPI_Allreduce(send, recv, n, t, m, MPI_COMM_WORLD); return;
       case PerfCollective::allgather: MPI_Allgather(send, n, t, recv, n, t, MPI_COMM_WORLD); return;
       case PerfCollective::broadcast: MPI_Bcast(recv, n, t, o_.root, MPI_COMM_WORLD); return;
-      case PerfCollective::reduce: MPI_Reduce(send, recv, n, t, m, o_.root, MPI_COMM_WORLD); return;
+      case PerfCollective::reduce:
+        // In place only the root's send is MPI_IN_PLACE; the others' is their buffer.
+        MPI_Reduce(in_place && !root ? recv : send, recv, n, t, m, o_.root, MPI_COMM_WORLD);
+        return;
       case PerfCollective::reduce_scatter:
         MPI_Reduce_scatter_block(send, recv, n, t, m, MPI_COMM_WORLD);
         return;
@@ -415,14 +422,19 @@ class Runner {
            (!reduces(o_.collective) || mpi_op(op) != MPI_OP_NULL);
   }
 
-  std::optional<Timing> measure_mpi(std::size_t count, DataType type, ReduceOp op) {
+  std::optional<Timing> measure_mpi(std::size_t count, DataType type, ReduceOp op, bool in_place) {
     if (!mpi_has(type, op)) return std::nullopt;
     const MPI_Datatype t = mpi_type(type);
     const MPI_Op m = mpi_op(op);
-    warm_up([&] { call_mpi(count, t, m); });
+    warm_up([&] { call_mpi(count, t, m, in_place); });
     MPI_Barrier(MPI_COMM_WORLD);
-    const double seconds = mean_call_seconds(input_of(count, type, false), [&] {
-      call_mpi(count, t, m);
+    // --rewrite writes what the call reads: as Chorus's of the same
+    // placement, but MPI's reduce-scatter in place reads its receive buffer.
+    std::span<std::byte> input = input_of(count, type, in_place);
+    if (in_place && o_.collective == PerfCollective::reduce_scatter)
+      input = {recv_->data(), input.size()};
+    const double seconds = mean_call_seconds(input, [&] {
+      call_mpi(count, t, m, in_place);
       if (o_.blocking) MPI_Barrier(MPI_COMM_WORLD);
     });
     return bandwidth(count * size_of(type), combine_time(seconds), busbw_factor(o_.collective, ranks_));
@@ -462,7 +474,10 @@ class Runner {
         row.out_of_place = measure(count, type, op, false, options);
         if (has_in_place(o_.collective)) row.in_place = measure(count, type, op, true, options);
 #if defined(CHORUS_PERF_WITH_MPI)
-        if (o_.mpi && a == o_.algorithms.front()) row.mpi = measure_mpi(count, type, op);
+        if (o_.mpi && a == o_.algorithms.front()) {
+          row.mpi = measure_mpi(count, type, op, false);
+          if (row.in_place) row.mpi_in_place = measure_mpi(count, type, op, true);
+        }
 #endif
         record(row, a);
       }
@@ -492,7 +507,7 @@ class Runner {
     std::string line = format_row(row);
     if (o_.mpi && !row.mpi) {  // MPI has no such type or op: keep the columns
       line.pop_back();
-      line += fmt::format("  {:>8}  {:>9}  {:>7}\n", "N/A", "N/A", "N/A");
+      line += mpi_block(std::nullopt, {}) + mpi_block(std::nullopt, {}) + "\n";
     }
     std::printf("%s", line.c_str());
     std::fflush(stdout);

@@ -34,7 +34,18 @@ std::string block(const std::optional<Timing>& t) {
   return fmt::format("  {:>7}  {:>6}  {:>6}  {:>5}", "N/A", "N/A", "N/A", "N/A");
 }
 std::string op_text(const Row& row) { return row.has_op ? std::string(to_string(row.op)) : "none"; }
+// MPI's time at `mpi` beside Chorus's `chorus` in the same placement: MPI's
+// time, its busbw, and the speedup (MPI's time / Chorus's).
+double speedup(const Timing& mpi, const Timing& chorus) {
+  return chorus.time_us > 0 ? mpi.time_us / chorus.time_us : 0;
+}
 }  // namespace
+
+std::string mpi_block(const std::optional<Timing>& mpi, const Timing& chorus) {
+  if (!mpi) return fmt::format("  {:>8}  {:>9}  {:>7}", "N/A", "N/A", "N/A");
+  return fmt::format("  {:>8}  {:9.2f}  {:7.2f}", format_time(mpi->time_us), mpi->busbw,
+                     speedup(*mpi, chorus));
+}
 
 std::string header(bool with_mpi) {
   std::string h;
@@ -43,12 +54,16 @@ std::string header(bool with_mpi) {
   h += fmt::format("# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6} {:>6}  {:>7}  {:>6}  {:>6} {:>6}  {:<24}",
                    "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
                    "time", "algbw", "busbw", "#wrong", "algo");
-  if (with_mpi) h += fmt::format("  {:>8}  {:>9}  {:>7}", "mpi_time", "mpi_busbw", "speedup");
+  if (with_mpi)
+    h += fmt::format("  {:>8}  {:>9}  {:>7}  {:>8}  {:>9}  {:>7}", "mpi_time", "mpi_busbw",
+                     "speedup", "mpi_ip", "ip_busbw", "ip_speed");
   h += "\n";
   h += fmt::format("# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>5}  {:>7}  {:>6}  {:>6}  {:>5}  {:<24}",
                    "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
                    "(GB/s)", "", "");
-  if (with_mpi) h += fmt::format("  {:>8}  {:>9}  {:>7}", "(us)", "(GB/s)", "");
+  if (with_mpi)
+    h += fmt::format("  {:>8}  {:>9}  {:>7}  {:>8}  {:>9}  {:>7}", "(us)", "(GB/s)", "", "(us)",
+                     "(GB/s)", "up");
   return h + "\n";
 }
 
@@ -58,8 +73,8 @@ std::string format_row(const Row& row) {
   line += block(row.out_of_place) + block(row.in_place);
   line += fmt::format("  {:<24}", algo_column(row));
   if (row.mpi) {
-    const double speedup = row.out_of_place.time_us > 0 ? row.mpi->time_us / row.out_of_place.time_us : 0;
-    line += fmt::format("  {:>8}  {:9.2f}  {:7.2f}", format_time(row.mpi->time_us), row.mpi->busbw, speedup);
+    line += mpi_block(row.mpi, row.out_of_place);
+    line += row.in_place ? mpi_block(row.mpi_in_place, *row.in_place) : mpi_block(std::nullopt, {});
   }
   return line + "\n";
 }
@@ -73,7 +88,9 @@ std::string csv_header(bool with_mpi) {
   std::string h =
       "size,count,type,redop,root,algo,ranks,transport,"
       "oop_time_us,oop_algbw,oop_busbw,oop_wrong,ip_time_us,ip_algbw,ip_busbw,ip_wrong";
-  if (with_mpi) h += ",mpi_time_us,mpi_algbw,mpi_busbw,speedup";
+  if (with_mpi)
+    h += ",mpi_time_us,mpi_algbw,mpi_busbw,speedup,mpi_ip_time_us,mpi_ip_algbw,mpi_ip_busbw,ip_"
+         "speedup";
   return h + "\n";
 }
 
@@ -85,9 +102,12 @@ std::string csv_row(const Row& row, int ranks, const std::string& transport) {
   std::string line = fmt::format("{},{},{},{},{},{},{},{},{},{}", row.bytes, row.count,
                                  nccl_type_name(row.type), op_text(row), row.root, algo_column(row),
                                  ranks, transport, t(row.out_of_place), t(row.in_place));
-  if (row.mpi)
-    line += fmt::format(",{:.3f},{:.4f},{:.4f},{:.4f}", row.mpi->time_us, row.mpi->algbw,
-                        row.mpi->busbw, row.mpi->time_us / row.out_of_place.time_us);
+  auto mpi = [](const std::optional<Timing>& x, const std::optional<Timing>& chorus) {
+    if (!x || !chorus) return std::string(",NA,NA,NA,NA");
+    return fmt::format(",{:.3f},{:.4f},{:.4f},{:.4f}", x->time_us, x->algbw, x->busbw,
+                       speedup(*x, *chorus));
+  };
+  if (row.mpi) line += mpi(row.mpi, row.out_of_place) + mpi(row.mpi_in_place, row.in_place);
   return line + "\n";
 }
 
@@ -108,7 +128,8 @@ std::string json_document(const std::vector<Row>& rows, int ranks, const std::st
   {{"size": {}, "count": {}, "type": "{}", "redop": "{}", "root": {}, "algo": "{}", "out_of_place": {}, "in_place": {})",
         i ? "," : "", r.bytes, r.count, nccl_type_name(r.type), op_text(r), r.root, algo_column(r),
         t(r.out_of_place), t(r.in_place));
-    if (r.mpi) out += fmt::format(R"(, "mpi": {})", t(*r.mpi));
+    if (r.mpi)
+      out += fmt::format(R"(, "mpi": {}, "mpi_in_place": {})", t(*r.mpi), t(r.mpi_in_place));
     out += "}";
   }
   return out + "\n]}\n";

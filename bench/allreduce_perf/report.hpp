@@ -5,7 +5,9 @@
 // A row is nccl-tests' row (size count type redop root, then time algbw
 // busbw #wrong for out-of-place and for in-place) followed by Chorus's
 // columns: the algorithm that ran and, with --mpi, MPI's time and busbw and
-// the speedup (MPI time / Chorus out-of-place time).
+// the speedup (MPI time / Chorus out-of-place time), then the same in place
+// (MPI_IN_PLACE; speedup: MPI in place / Chorus in place), N/A where the
+// collective has no in-place form here.
 #pragma once
 
 #include <chorus/types.hpp>
@@ -35,7 +37,8 @@ struct Row {
   int root = -1;           // -1: no root
   Timing out_of_place;
   std::optional<Timing> in_place;  // none: N/A (the collective has no in-place form)
-  std::optional<Timing> mpi;
+  std::optional<Timing> mpi;       // MPI's same collective, out of place
+  std::optional<Timing> mpi_in_place;  // and with MPI_IN_PLACE, as in_place lays it out
 };
 
 // algbw and busbw (algbw x `busbw_factor`) for `bytes` in `seconds`.
@@ -46,6 +49,9 @@ std::string format_time(double us);
 
 std::string header(bool with_mpi);
 std::string format_row(const Row& row);
+// The with---mpi columns of one placement: MPI's time, busbw and speedup
+// over `chorus`; N/A where `mpi` is none.
+std::string mpi_block(const std::optional<Timing>& mpi, const Timing& chorus);
 std::string footer(int failed_sizes, double average_busbw);
 
 std::string csv_header(bool with_mpi);

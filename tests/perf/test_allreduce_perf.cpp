@@ -129,6 +129,40 @@ TEST(Report, CollectivesWithoutAnOpOrInPlaceFormSayNoneAndNA) {
   EXPECT_NE(line.find("    N/A     N/A     N/A    N/A  binomial_tree"), std::string::npos) << line;
 }
 
+// With --mpi: MPI's out-of-place time beside Chorus's out of place, its
+// MPI_IN_PLACE time beside Chorus's in place, each with its own speedup.
+TEST(Report, MpiColumnsCompareEachPlacementWithItsOwn) {
+  Row row;
+  row.bytes = 4096;
+  row.count = 1024;
+  row.algorithm = "ring";
+  const double factor = busbw_factor(PerfCollective::allreduce, 2);
+  row.out_of_place = bandwidth(row.bytes, 100e-6, factor);
+  row.in_place = bandwidth(row.bytes, 50e-6, factor);
+  row.mpi = bandwidth(row.bytes, 150e-6, factor);
+  row.mpi_in_place = bandwidth(row.bytes, 100e-6, factor);
+  const std::string line = format_row(row);
+  EXPECT_NE(line.find("150.0       0.03     1.50     100.0       0.04     2.00\n"),
+            std::string::npos)
+      << line;
+  const std::string csv = csv_row(row, 2, "ucx");
+  EXPECT_NE(csv.find(",150.000,0.0273,0.0273,1.5000,100.000,0.0410,0.0410,2.0000\n"),
+            std::string::npos)
+      << csv;
+  // No in-place form: its MPI columns are N/A.
+  row.in_place.reset();
+  row.mpi_in_place.reset();
+  EXPECT_NE(format_row(row).find("1.50       N/A        N/A      N/A\n"), std::string::npos)
+      << format_row(row);
+  EXPECT_NE(csv_row(row, 2, "ucx").find(",1.5000,NA,NA,NA,NA\n"), std::string::npos);
+  // The header names the six columns, the CSV header its eight fields.
+  EXPECT_NE(header(true).find("mpi_time  mpi_busbw  speedup    mpi_ip   ip_busbw  ip_speed"),
+            std::string::npos)
+      << header(true);
+  EXPECT_NE(csv_header(true).find(",speedup,mpi_ip_time_us,mpi_ip_algbw,mpi_ip_busbw,ip_speedup\n"),
+            std::string::npos);
+}
+
 TEST(Options, TheProgramsNameChoosesTheCollective) {
   EXPECT_EQ(collective_from_program("/usr/bin/allgather_perf"), PerfCollective::allgather);
   EXPECT_EQ(collective_from_program("reduce_scatter_perf"), PerfCollective::reduce_scatter);
