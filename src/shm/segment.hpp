@@ -23,7 +23,7 @@
 // every rank has begun the call before, which each does only after it
 // finished reading the one before that. A rooted call's writer thus runs
 // ahead of its readers, as MPI's eager messages let it: up to kRingDepth
-// calls less the 16-48 by which a reader's retired word trails its calls
+// calls less the 17-144 by which a reader's retired word trails its calls
 // (begin_slot() in coll/shared_memory.cpp).
 //
 // Waiting: a waiter polls for spin_before_sleep(), yielding when the ranks
@@ -131,8 +131,12 @@ static_assert(kSignatureHeadBytes + kSignatureRestBytes == kSignatureBytes);
 inline constexpr std::size_t kCacheLine = 64;
 
 // The calls a rank's ring holds: how far a rooted call's writer may run
-// ahead of its readers, and how late a signature may be compared.
-inline constexpr std::uint64_t kRingDepth = 64;
+// ahead of its readers, and how late a signature may be compared. 256, not
+// 64: the deeper run-ahead made 8-byte broadcasts and reduces at p = 4 on
+// 2 cores 1.7-2x faster and through libchorus_pmpi at p = 2 15-20% faster,
+// AllReduce unchanged (docs/performance.md "Sixteenth pass"); it costs 48
+// KiB more of the segment per rank.
+inline constexpr std::uint64_t kRingDepth = 256;
 // The bytes of a ring entry, and of data that goes in it (between the
 // header and the tail) rather than in the large slot.
 inline constexpr std::size_t kEntryBytes = 256;
