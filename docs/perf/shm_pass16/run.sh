@@ -3,7 +3,9 @@
 # again on one build, in one series. Run from the repository root after a
 # Release build in ./build. BASE: the build directory of a Release build of
 # the commit before the pass (ccd0f68), for step 7's before column. Writes
-# docs/perf/shm_pass16/; report.py summarizes it.
+# docs/perf/shm_pass16/; report.py summarizes it. (Steps 1, 2, 5 and 6 ran
+# on 4e4be55, again after the ring change, the first run of 1, 2 and 6 is
+# in ring64/; steps 3, 4 and 7 on 84c33f0. ring_depth/ has its own run.sh.)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 out=docs/perf/shm_pass16; B=$PWD/build/bin; NEW=$PWD/build; BASE=${BASE:-/tmp/base/build}
 STEPS=${STEPS:-1234567}  # which steps below to run
