@@ -133,7 +133,7 @@ inline constexpr std::size_t kCacheLine = 64;
 // The calls a rank's ring holds: how far a rooted call's writer may run
 // ahead of its readers, and how late a signature may be compared. 256, not
 // 64: the deeper run-ahead made 8-byte broadcasts and reduces at p = 4 on
-// 2 cores 1.7-2x faster and through libchorus_pmpi at p = 2 15-20% faster,
+// 2 cores 1.7-2x faster and through libchorus_pmpi at p = 2 11-19% faster,
 // AllReduce unchanged (docs/performance.md "Sixteenth pass"); it costs 48
 // KiB more of the segment per rank.
 inline constexpr std::uint64_t kRingDepth = 256;
