@@ -163,30 +163,32 @@ def read_loops(pattern):
     return times
 
 
-def loops():
-    print("## Step 6: every kind of call at 8 B, p = 2, through libchorus_pmpi (us per call, medians of 3; speedup = Open MPI alone / the library, median (range))\n")
-    mpi, default, zero = (read_loops("loops_%s_*.csv" % w) for w in ("mpi", "default", "zero"))
-    print("| call | Open MPI | library, defaults | library, CHORUS_MPI_MIN_BYTES=0 | speedup, defaults | speedup, 0 |")
-    print("| --- | --- | --- | --- | --- | --- |")
+def beside_mpi(title, prefix, sides, headers, speedup_headers):
+    """Per call: Open MPI alone's time, each side's, and each side's speedup
+    over Open MPI alone (run i of one against run i of the other)."""
+    print(title + "\n")
+    mpi = read_loops(prefix + "mpi_*.csv")
+    times = [read_loops(prefix + side + "_*.csv") for side in sides]
+    print("| call | Open MPI | " + " | ".join(headers) + " | " + " | ".join(speedup_headers) + " |")
+    print("| --- | --- |" + " --- |" * (2 * len(sides)))
     for call in mpi:
-        print("| %s | %.3f | %.3f | %.3f | %s | %s |" % (
-            call, median(mpi[call]), median(default[call]), median(zero[call]),
-            spread([m / c for m, c in zip(mpi[call], default[call])]),
-            spread([m / c for m, c in zip(mpi[call], zero[call])])))
+        print("| %s | %.3f | %s | %s |" % (
+            call, median(mpi[call]), " | ".join("%.3f" % median(t[call]) for t in times),
+            " | ".join(spread([m / c for m, c in zip(mpi[call], t[call])]) for t in times)))
     print()
+
+
+def loops():
+    beside_mpi("## Step 6: every kind of call at 8 B, p = 2, through libchorus_pmpi (us per call, medians of 3; "
+               "speedup = Open MPI alone / the library, median (range))",
+               "loops_", ("default", "zero"), ("library, defaults", "library, CHORUS_MPI_MIN_BYTES=0"),
+               ("speedup, defaults", "speedup, 0"))
 
 
 def vforms():
-    print("## Step 7: MPI_Gatherv and MPI_Scatterv of 8 B at p = 2, the library's defaults, before and after (us per call, medians of 5)\n")
-    mpi, base, new = (read_loops("vforms_%s_*.csv" % w) for w in ("mpi", "base", "new"))
-    print("| call | Open MPI | before | after | speedup before | after |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    for call in mpi:
-        print("| %s | %.3f | %.3f | %.3f | %s | %s |" % (
-            call, median(mpi[call]), median(base[call]), median(new[call]),
-            spread([m / c for m, c in zip(mpi[call], base[call])]),
-            spread([m / c for m, c in zip(mpi[call], new[call])])))
-    print()
+    beside_mpi("## Step 7: MPI_Gatherv and MPI_Scatterv of 8 B at p = 2, the library's defaults, before and after "
+               "(us per call, medians of 5)", "vforms_", ("base", "new"), ("before", "after"),
+               ("speedup before", "after"))
 
 
 for step in (allreduce, others, in_place, choice, tail, loops, vforms):
