@@ -28,9 +28,10 @@ namespace chorus::shm {
 namespace {
 
 constexpr std::uint64_t kMagic = 0x43484f5255534831ull;  // "CHORUSH1"
-constexpr std::uint32_t kVersion = 6;  // 2: ring entries and retired words; 3: second counts
+constexpr std::uint32_t kVersion = 7;  // 2: ring entries and retired words; 3: second counts
                                        // consumption; 4: sleepers issue membarrier() (fenceless
-                                       // publishes); 5: signature digests; 6: rings of 256 calls
+                                       // publishes); 5: signature digests; 6: rings of 256 calls;
+                                       // 7: entries of 512 bytes
 constexpr std::string_view kPrefix = "chorus.";
 
 std::size_t round_up(std::size_t n) { return (n + kCacheLine - 1) / kCacheLine * kCacheLine; }

@@ -134,12 +134,16 @@ inline constexpr std::size_t kCacheLine = 64;
 // ahead of its readers, and how late a signature may be compared. 256, not
 // 64: the deeper run-ahead made 8-byte broadcasts and reduces at p = 4 on
 // 2 cores 1.7-2x faster and through libchorus_pmpi at p = 2 11-19% faster,
-// AllReduce unchanged (docs/performance.md "Sixteenth pass"); it costs 48
-// KiB more of the segment per rank.
+// AllReduce unchanged (docs/performance.md "Sixteenth pass"). With the
+// entries below, 128 KiB of the segment per rank.
 inline constexpr std::uint64_t kRingDepth = 256;
 // The bytes of a ring entry, and of data that goes in it (between the
-// header and the tail) rather than in the large slot.
-inline constexpr std::size_t kEntryBytes = 256;
+// header and the tail) rather than in the large slot. 512, not 256: a
+// 256-byte AllReduce at p = 2 then has its data in the entry (464 bytes
+// fit), 0.62 -> 0.55 us, where in the large slot it ran at 0.95x of Open
+// MPI (docs/performance.md "Sixteenth pass"). (384 measured 64-128 B
+// calls about 10% slower in one series; the cause was not looked for.)
+inline constexpr std::size_t kEntryBytes = 512;
 inline constexpr std::size_t kEntryDataBytes = kEntryBytes - sizeof(SlotHeader) - sizeof(EntryTail);
 // Each rank's signature digests (Segment::digest()), one word per ring
 // entry, eight calls to a cache line. Each digest covers the call's
