@@ -74,10 +74,11 @@ enum Collective {
 // at 1.09-1.35x and 1.18-2.2x, and MPI_Reduce_scatter of 8 B at 1.05x and
 // 1.95x (docs/performance.md "Fourteenth pass"); MPI_Iallreduce and
 // MPI_Ireduce_scatter_block of 8 and 128 B at 1.40-1.66x and 1.78-2.43x
-// (medians; "Fifteenth pass"). CHORUS_MPI_MIN_BYTES, when set, applies to
-// them too.
+// (medians; "Fifteenth pass"); MPI_Ireduce of 8 B-1 KiB at 1.14-2.27x at
+// p = 2 and 3.8-21x at p = 4, every run at least 1.13x ("Sixteenth pass").
+// CHORUS_MPI_MIN_BYTES, when set, applies to them too.
 inline constexpr Collective kEverySize[] = {
-    kAllreduce,          kIallreduce,          kAllgather,    kAlltoall,
+    kAllreduce,          kIallreduce,          kIreduce,      kAllgather, kAlltoall,
     kReduceScatterBlock, kIreduceScatterBlock, kReduceScatter};
 inline constexpr const char* kCollectiveNames[kCollectiveCount] = {
     "MPI_Allreduce",  "MPI_Iallreduce",           "MPI_Bcast",
