@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <barrier>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -69,6 +70,51 @@ TEST(HostSegment, SmallCallsRunThroughItAndAreRightInPlaceAndNot) {
 // The engine remembers its last automatic choice per collective (a loop of
 // equal calls does not choose again): a call of another size, or one that
 // names its algorithm, must still run what it would have run alone.
+// A call's data up to kEntryDataBytes rides in its ring entry, more in the
+// rank's large slot: at the edge and on both sides of it (and at 256 bytes,
+// which the entries' growth to 512 bytes moved into them), every
+// shared-memory collective is right, in place and out of place, at p = 3.
+TEST(HostSegment, DataAtTheEntrysEdgeIsRightInTheEntryAndInTheSlot) {
+  expect_all_passed(testing::run_ranks(3, [](Communicator& comm) {
+    const int p = comm.size(), r = comm.rank();
+    const auto up = static_cast<std::size_t>(p);
+    for (std::size_t bytes : {std::size_t{256}, shm::kEntryDataBytes - 4, shm::kEntryDataBytes,
+                              shm::kEntryDataBytes + 4}) {
+      const std::size_t n = bytes / 4;  // int32 items
+      const std::string at = " of " + std::to_string(bytes) + " bytes";
+      auto value = [](int rank, std::size_t i) {
+        return static_cast<std::int32_t>(rank * 1000 + i);
+      };
+      std::vector<std::int32_t> mine(n), out(n), sum(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        mine[i] = value(r, i);
+        for (int q = 0; q < p; ++q) sum[i] += value(q, i);
+      }
+      comm.allreduce(mine.data(), out.data(), n, DataType::int32, ReduceOp::sum);
+      require(out == sum, "allreduce" + at);
+      out = mine;
+      comm.allreduce(out.data(), out.data(), n, DataType::int32, ReduceOp::sum);
+      require(out == sum, "allreduce in place" + at);
+      out.assign(n, -1);
+      comm.reduce(mine.data(), out.data(), n, DataType::int32, ReduceOp::sum, 1);
+      require(r != 1 || out == sum, "reduce" + at);
+      out = r == 2 ? mine : std::vector<std::int32_t>(n, -1);
+      comm.broadcast(out.data(), n, DataType::int32, 2);
+      for (std::size_t i = 0; i < n; ++i) require(out[i] == value(2, i), "broadcast" + at);
+      // Blocks of `bytes` each: allgather's every block, gather's at the root.
+      std::vector<std::int32_t> all(n * up, -1), gathered(n * up, -1);
+      comm.allgather(mine.data(), all.data(), n, DataType::int32);
+      comm.gather(mine.data(), gathered.data(), n, DataType::int32, 0);
+      for (int q = 0; q < p; ++q)
+        for (std::size_t i = 0; i < n; ++i) {
+          require(all[static_cast<std::size_t>(q) * n + i] == value(q, i), "allgather" + at);
+          require(r != 0 || gathered[static_cast<std::size_t>(q) * n + i] == value(q, i),
+                  "gather" + at);
+        }
+    }
+  }));
+}
+
 TEST(HostSegment, TheRememberedChoiceServesOnlyCallsOfItsSize) {
   // Slots of 16 KiB: a call of 64 KiB fits neither one-shot's (the buffer)
   // nor two-shot's need (two rounds of 4 KiB pieces, 24 KiB at p = 2).
