@@ -354,12 +354,11 @@ BlockArrays block_arrays(const Staged& staged, int side) {
   staged.all_block_offsets(arrays.offsets);
   return arrays.view();
 }
-// The same for a dense buffer's blocks without a Staged: item i of block j
-// at (displs[j] + i) * size. The caller has checked that no displacement is
-// negative (dense_blocks()).
-BlockArrays dense_block_arrays(const int* counts, const int* displs, int p, std::size_t size,
-                               int side) {
-  BlockArrayStorage& arrays = block_array_storage(side);
+// The same for a dense root buffer's blocks without a Staged (a gatherv's
+// or scatterv's one side): item i of block j at (displs[j] + i) * size. The
+// caller has checked that no displacement is negative (dense_blocks()).
+BlockArrays dense_block_arrays(const int* counts, const int* displs, int p, std::size_t size) {
+  BlockArrayStorage& arrays = block_array_storage(0);
   const auto up = static_cast<std::size_t>(p);
   arrays.bytes.resize(up);
   arrays.offsets.resize(up);
@@ -520,7 +519,7 @@ int gather(Collective which, const void* sendbuf, int sendcount, MPI_Datatype se
       const std::size_t send_bytes = uses_send ? bytes_of(sendcount, send_info) : 0;
       if (which == kGatherv) {
         const BlockArrays blocks =
-            at_root ? dense_block_arrays(counts, displs, p, taken.info.size, 0) : BlockArrays{};
+            at_root ? dense_block_arrays(counts, displs, p, taken.info.size) : BlockArrays{};
         const auto self = static_cast<std::size_t>(me);
         if (at_root && uses_send)
           expect_bytes(send_bytes, blocks.bytes[self], "the root's send buffer");
@@ -598,7 +597,7 @@ int scatter(Collective which, const void* sendbuf, int sendcount, const int* cou
       const std::size_t recv_bytes = uses_recv ? bytes_of(recvcount, taken.info) : 0;
       if (which == kScatterv) {
         const BlockArrays blocks =
-            at_root ? dense_block_arrays(counts, displs, p, send_info.size, 0) : BlockArrays{};
+            at_root ? dense_block_arrays(counts, displs, p, send_info.size) : BlockArrays{};
         const auto self = static_cast<std::size_t>(me);
         if (at_root && uses_recv) expect_bytes(blocks.bytes[self], recv_bytes, "the root's block");
         taken.chorus->scatterv(at_root ? in : nullptr, blocks.bytes, blocks.offsets,
