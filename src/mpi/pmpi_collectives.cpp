@@ -132,7 +132,7 @@ int reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype,
   if (r == Route::chorus &&
       (!valid_root(root, comm) || (in_place(sendbuf) && comm_rank(comm) != root)))
     r = Route::invalid_arguments;
-  if (r == Route::chorus) r = connect(it, c, bytes_of(count, taken.info), comm, taken);
+  if (r == Route::chorus) r = connect(it, c, kAnySize, comm, taken);  // threshold passed above
   tally(it, c, r);
   if (r != Route::chorus)
     return request ? PMPI_Ireduce(sendbuf, recvbuf, count, datatype, op, root, comm, request)
@@ -246,7 +246,7 @@ int bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm com
   // its root itself) need not ask MPI for the communicator's size.
   if (r == Route::chorus) r = threshold(it, c, bytes_of(count, taken.info), taken);
   if (r == Route::chorus && !valid_root(root, comm)) r = Route::invalid_arguments;
-  if (r == Route::chorus) r = connect(it, c, bytes_of(count, taken.info), comm, taken);
+  if (r == Route::chorus) r = connect(it, c, kAnySize, comm, taken);  // threshold passed above
   tally(it, c, r);
   if (r != Route::chorus)
     return request ? PMPI_Ibcast(buffer, count, datatype, root, comm, request)
