@@ -126,6 +126,10 @@ class Runner {
                 o_.step_factor > 1 ? "factor" : "bytes", o_.warmup_iters, o_.iters, o_.agg_iters,
                 o_.check);
     if (o_.blocking) std::printf("# Blocking Enabled: wait for completion and barrier after each collective \n");
+    if (o_.rounds > 1)
+      std::printf(
+          "# Rounds: %d (a size's cells timed in turn %d times; each time is its cell's median)\n",
+          o_.rounds, o_.rounds);
     std::printf("#\n");
     const auto& model = engine().cost_model();
     std::printf("# Chorus %s: %d ranks over %.*s; cost model alpha %.2f us, overhead %.2f us, "
@@ -311,19 +315,17 @@ class Runner {
     return options;
   }
 
-  Timing measure(std::size_t count, DataType type, ReduceOp op, bool in_place,
-                 const CallOptions& algorithm) {
-    const std::size_t bytes = count * size_of(type);
+  // One timed series of calls (after its warm-up): seconds per call,
+  // combined over the ranks as -a says.
+  double time_series(std::size_t count, DataType type, ReduceOp op, bool in_place,
+                     const CallOptions& algorithm) {
     warm_up([&] { call(count, type, op, in_place, algorithm); });
     barrier();
     const std::span<std::byte> input = input_of(count, type, in_place);
-    const double seconds = mean_call_seconds(input, [&] {
+    return combine_time(mean_call_seconds(input, [&] {
       call(count, type, op, in_place, algorithm);
       if (o_.blocking) barrier();
-    });
-    Timing t = bandwidth(bytes, combine_time(seconds), busbw_factor(o_.collective, ranks_));
-    t.wrong = o_.check ? check(count, type, op, in_place, algorithm) : -1;
-    return t;
+    }));
   }
 
   // Re-initializes the buffers with exactly verifiable values, runs once,
@@ -422,7 +424,9 @@ class Runner {
            (!reduces(o_.collective) || mpi_op(op) != MPI_OP_NULL);
   }
 
-  std::optional<Timing> measure_mpi(std::size_t count, DataType type, ReduceOp op, bool in_place) {
+  // As time_series(), MPI's collective; none where MPI has no such type or op.
+  std::optional<double> time_mpi_series(std::size_t count, DataType type, ReduceOp op,
+                                        bool in_place) {
     if (!mpi_has(type, op)) return std::nullopt;
     const MPI_Datatype t = mpi_type(type);
     const MPI_Op m = mpi_op(op);
@@ -433,11 +437,10 @@ class Runner {
     std::span<std::byte> input = input_of(count, type, in_place);
     if (in_place && o_.collective == PerfCollective::reduce_scatter)
       input = {recv_->data(), input.size()};
-    const double seconds = mean_call_seconds(input, [&] {
+    return combine_time(mean_call_seconds(input, [&] {
       call_mpi(count, t, m, in_place);
       if (o_.blocking) MPI_Barrier(MPI_COMM_WORLD);
-    });
-    return bandwidth(count * size_of(type), combine_time(seconds), busbw_factor(o_.collective, ranks_));
+    }));
   }
 #endif
 
@@ -452,36 +455,88 @@ class Runner {
     for (int i = 0; i < std::max(1, o_.warmup_iters); ++i) one();
   }
 
+  // One cell of a size's rows (an algorithm or MPI, out of place or in
+  // place): seconds per call of each round's series, and the wrong
+  // elements of its check (-1: not checked).
+  struct Cell {
+    std::vector<double> seconds;
+    std::int64_t wrong = -1;
+  };
+  struct Cells {
+    Cell out_of_place, in_place, mpi, mpi_in_place;
+  };
+
+  // Each size's cells are timed --rounds times, all in turn (round robin),
+  // and each row reports its cells' median series. The rows of the last
+  // round print as they finish, so that one round (the default) prints
+  // each row as soon as it is measured, as nccl-tests does.
   void sweep(DataType type, ReduceOp op) {
     const std::size_t esize = size_of(type);
     for (std::size_t size : o_.sizes()) {
       const std::size_t count = rounded(size / esize);
+      std::vector<std::string> runnable;
       for (const std::string& a : o_.algorithms) {
-        if (!runs(count, type, a)) {  // shm beyond its slots: a row with the reason
-          if (rank_ == 0) std::printf("# %zu bytes: %s\n", count * esize, why_not(count, type, a).c_str());
-          continue;
-        }
-        Row row;
-        row.bytes = count * esize;
-        row.count = count;
-        row.type = type;
-        row.op = op;
-        row.has_op = reduces(o_.collective);
-        row.root = rooted(o_.collective) ? o_.root : -1;
-        row.algorithm = std::string(algorithm_row(count, type, a).name);
-        row.automatic = a == "auto";
-        const CallOptions options = forced(a);
-        row.out_of_place = measure(count, type, op, false, options);
-        if (has_in_place(o_.collective)) row.in_place = measure(count, type, op, true, options);
-#if defined(CHORUS_PERF_WITH_MPI)
-        if (o_.mpi && a == o_.algorithms.front()) {
-          row.mpi = measure_mpi(count, type, op, false);
-          if (row.in_place) row.mpi_in_place = measure_mpi(count, type, op, true);
-        }
-#endif
-        record(row, a);
+        if (runs(count, type, a))
+          runnable.push_back(a);
+        else if (rank_ == 0)  // shm beyond its slots: a row with the reason
+          std::printf("# %zu bytes: %s\n", count * esize, why_not(count, type, a).c_str());
       }
+      std::vector<Cells> cells(runnable.size());
+      for (int round = 0; round < o_.rounds; ++round)
+        for (std::size_t i = 0; i < runnable.size(); ++i) {
+          // MPI's cells beside the first algorithm's (MPI has no choice to make).
+          time_cells(cells[i], count, type, op, runnable[i], round == 0, o_.mpi && i == 0);
+          if (round + 1 == o_.rounds)
+            record(row_of(cells[i], count, type, op, runnable[i]), runnable[i]);
+        }
     }
+  }
+
+  // One series of each of `a`'s cells (and of MPI's, `with_mpi`), each
+  // checked after its series when `check_too`.
+  void time_cells(Cells& cells, std::size_t count, DataType type, ReduceOp op, const std::string& a,
+                  bool check_too, bool with_mpi) {
+    const CallOptions options = forced(a);
+    const auto time = [&](Cell& cell, bool in_place) {
+      cell.seconds.push_back(time_series(count, type, op, in_place, options));
+      if (check_too && o_.check) cell.wrong = check(count, type, op, in_place, options);
+    };
+    time(cells.out_of_place, false);
+    if (has_in_place(o_.collective)) time(cells.in_place, true);
+#if defined(CHORUS_PERF_WITH_MPI)
+    if (!with_mpi) return;
+    for (bool in_place : {false, true}) {
+      if (in_place && !has_in_place(o_.collective)) break;
+      if (const std::optional<double> s = time_mpi_series(count, type, op, in_place))
+        (in_place ? cells.mpi_in_place : cells.mpi).seconds.push_back(*s);
+    }
+#else
+    (void)with_mpi;
+#endif
+  }
+
+  Row row_of(const Cells& cells, std::size_t count, DataType type, ReduceOp op,
+             const std::string& a) {
+    Row row;
+    row.bytes = count * size_of(type);
+    row.count = count;
+    row.type = type;
+    row.op = op;
+    row.has_op = reduces(o_.collective);
+    row.root = rooted(o_.collective) ? o_.root : -1;
+    row.algorithm = std::string(algorithm_row(count, type, a).name);
+    row.automatic = a == "auto";
+    const auto timing = [&](const Cell& cell) -> std::optional<Timing> {
+      if (cell.seconds.empty()) return std::nullopt;
+      Timing t = bandwidth(row.bytes, median(cell.seconds), busbw_factor(o_.collective, ranks_));
+      t.wrong = cell.wrong;
+      return t;
+    };
+    row.out_of_place = *timing(cells.out_of_place);
+    row.in_place = timing(cells.in_place);
+    row.mpi = timing(cells.mpi);
+    row.mpi_in_place = timing(cells.mpi_in_place);
+    return row;
   }
 
   // A count the collective can split into p equal blocks, where it must.

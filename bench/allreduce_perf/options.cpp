@@ -166,13 +166,13 @@ PerfOptions parse(const std::vector<std::string>& args, PerfCollective collectiv
   o.collective = collective;
   // Long names and the short letter each stands for.
   static const std::map<std::string, char> kLong = {
-      {"minbytes", 'b'}, {"maxbytes", 'e'},  {"stepbytes", 'i'}, {"stepfactor", 'f'},
+      {"minbytes", 'b'}, {"maxbytes", 'e'},     {"stepbytes", 'i'}, {"stepfactor", 'f'},
       {"iters", 'n'},    {"warmup_iters", 'w'}, {"agg_iters", 'm'}, {"run_cycles", 'N'},
-      {"check", 'c'},    {"op", 'o'},        {"datatype", 'd'},  {"average", 'a'},
-      {"blocking", 'z'}, {"timeout", 'T'},   {"unalign", 'u'},   {"output_file", 'J'},
-      {"algo", 'A'},     {"transport", 'X'}, {"help", 'h'},      {"csv", 'C'},
-      {"np", 'P'},       {"mpi", 'M'},       {"tune", 'U'},      {"inject-error", 'E'},
-      {"root", 'r'},     {"rewrite", 'W'},   {"async", 'Y'}};
+      {"check", 'c'},    {"op", 'o'},           {"datatype", 'd'},  {"average", 'a'},
+      {"blocking", 'z'}, {"timeout", 'T'},      {"unalign", 'u'},   {"output_file", 'J'},
+      {"algo", 'A'},     {"transport", 'X'},    {"help", 'h'},      {"csv", 'C'},
+      {"np", 'P'},       {"mpi", 'M'},          {"tune", 'U'},      {"inject-error", 'E'},
+      {"root", 'r'},     {"rewrite", 'W'},      {"async", 'Y'},     {"rounds", 'R'}};
   const std::string flags_without_value = "hMEWY";
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
@@ -217,6 +217,9 @@ PerfOptions parse(const std::vector<std::string>& args, PerfCollective collectiv
       case 'n': o.iters = static_cast<int>(parse_int(value, what, 1, 1 << 30)); break;
       case 'w': o.warmup_iters = static_cast<int>(parse_int(value, what, 0, 1 << 30)); break;
       case 'm': o.agg_iters = static_cast<int>(parse_int(value, what, 1, 1 << 20)); break;
+      case 'R':
+        o.rounds = static_cast<int>(parse_int(value, what, 1, 1 << 10));
+        break;
       case 'N': o.run_cycles = static_cast<int>(parse_int(value, what, 0, 1 << 30)); break;
       case 'c': o.check = static_cast<int>(parse_int(value, what, 0, 1 << 20)); break;
       case 'o': o.ops = parse_ops(value); break;
@@ -301,6 +304,11 @@ std::string usage(const std::string& program) {
   --async                   each timed call is the collective's async form and its wait
                             (what a framework's async call costs: the hand-off to Chorus's
                             worker thread, or the wait running the call itself)
+  --rounds <n>              time each size's cells (every algorithm's out-of-place and in-place
+                            series, and MPI's with --mpi) n times, all cells in turn, and
+                            report each cell's median series: a machine whose speed drifts
+                            then slows every cell alike, not whichever ran at the time.
+                            Default 1
   --csv <file>              also write the results as CSV
   --tune <file>             (allreduce) measure every algorithm and write the fastest per size
                             as a tuning file (CHORUS_TUNING_FILE reads it)

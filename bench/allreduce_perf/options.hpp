@@ -49,6 +49,9 @@ struct PerfOptions {
   int warmup_iters = 5;              // -w
   int agg_iters = 1;                 // -m
   int run_cycles = 1;                // -N (0: forever)
+  // --rounds: each size's cells timed this many times in turn (round
+  // robin), each reporting its median series (Chorus's own)
+  int rounds = 1;
   int check = 1;                     // -c: check iterations (0: none, #wrong prints N/A)
   std::vector<ReduceOp> ops = {ReduceOp::sum};            // -o
   std::vector<DataType> types = {DataType::float32};      // -d

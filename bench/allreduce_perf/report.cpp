@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace chorus::perf {
 
 Timing bandwidth(std::size_t bytes, double seconds, double busbw_factor) {
@@ -12,6 +14,13 @@ Timing bandwidth(std::size_t bytes, double seconds, double busbw_factor) {
   t.algbw = seconds > 0 ? static_cast<double>(bytes) / 1e9 / seconds : 0;
   t.busbw = t.algbw * busbw_factor;
   return t;
+}
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const std::size_t half = values.size() / 2;
+  return values.size() % 2 ? values[half] : (values[half - 1] + values[half]) / 2;
 }
 
 std::string format_time(double us) {

@@ -44,6 +44,10 @@ struct Row {
 // algbw and busbw (algbw x `busbw_factor`) for `bytes` in `seconds`.
 Timing bandwidth(std::size_t bytes, double seconds, double busbw_factor);
 
+// The median of `values` (the mean of the middle two when even; 0 when
+// empty): a cell's time over --rounds series.
+double median(std::vector<double> values);
+
 // nccl-tests' time column: 7 wide, fewer decimals as it grows.
 std::string format_time(double us);
 

@@ -12,6 +12,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 namespace chorus::perf {
@@ -27,6 +28,7 @@ struct ParsedRow {
   int root;
   double time[2], algbw[2], busbw[2];
   std::string wrong[2];
+  std::string algo;  // Chorus's first extra column ("" if none)
 };
 struct Parsed {
   std::vector<ParsedRow> rows;
@@ -49,6 +51,7 @@ Parsed parse_nccl_tests_output(const std::string& text) {
       continue;  // not a result row (a launcher's message, say)
     double* fields[3] = {&r.time[1], &r.algbw[1], &r.busbw[1]};
     for (int i = 0; i < 3; ++i) *fields[i] = in_place[i] == "N/A" ? -1 : std::stod(in_place[i]);
+    f >> r.algo;
     p.rows.push_back(r);
   }
   return p;
@@ -94,6 +97,14 @@ TEST(Report, RowsHaveNcclTestsColumnsAndWidths) {
   EXPECT_DOUBLE_EQ(p.rows[0].time[0], 123.5);
   EXPECT_EQ(p.rows[0].wrong[1], "3");
   EXPECT_EQ(p.out_of_bounds, "1 FAILED");
+}
+
+TEST(Report, MedianOfRoundsIsTheMiddleOrTheMeanOfTheMiddleTwo) {
+  EXPECT_EQ(median({}), 0.0);
+  EXPECT_EQ(median({7.0}), 7.0);
+  EXPECT_EQ(median({9.0, 1.0, 4.0}), 4.0);              // unsorted in
+  EXPECT_EQ(median({9.0, 1.0, 4.0, 2.0}), 3.0);         // (2 + 4) / 2
+  EXPECT_EQ(median({5.0, 100.0, 5.5, 4.5, 6.0}), 5.5);  // one slow round does not move it
 }
 
 TEST(Report, TimeColumnSqueezesLikeNcclTests) {
@@ -186,6 +197,7 @@ TEST(Options, DefaultsAreNcclTestsDefaults) {
   EXPECT_EQ(o.average, 1);
   EXPECT_EQ(o.types, std::vector<DataType>{DataType::float32});
   EXPECT_EQ(o.ops, std::vector<ReduceOp>{ReduceOp::sum});
+  EXPECT_EQ(o.rounds, 1);  // Chorus's own: one series a cell, as nccl-tests
 }
 
 TEST(Options, ShortLongAndAttachedFormsAndSuffixes) {
@@ -215,6 +227,8 @@ TEST(Options, ShortLongAndAttachedFormsAndSuffixes) {
   EXPECT_THROW(parse({"--async=1"}), UsageError);
   EXPECT_THROW(parse({"--rewrite=1"}), UsageError);  // a switch, like --mpi
   EXPECT_EQ(parse({"-d", "all"}).types.size(), 10u);
+  EXPECT_EQ(parse({"--rounds", "5"}).rounds, 5);
+  EXPECT_EQ(parse({"--rounds=3"}).rounds, 3);
   EXPECT_EQ(parse_size("1K", "-b"), 1024u);
   EXPECT_EQ(parse_size("2G", "-b"), std::size_t{2} << 30);
 }
@@ -263,6 +277,8 @@ TEST(Options, BadInputNamesWhatIsWrong) {
   EXPECT_NE(error_of({"-A", "butterfly"}).find("'butterfly' is not one of auto, ring"), std::string::npos);
   EXPECT_EQ(error_of({"-X", "rdma"}), "-X: 'rdma' is not one of auto, ucx, tcp");
   EXPECT_EQ(error_of({"stray"}), "unexpected argument 'stray'");
+  EXPECT_EQ(error_of({"--rounds", "0"}), "--rounds: '0' is not an integer in 1..1024");
+  EXPECT_EQ(error_of({"-R", "2"}), "unknown option '-R'");  // nccl-tests' -R is another flag
 }
 
 // ---- verifiable data ----------------------------------------------------------
@@ -432,6 +448,30 @@ TEST(AllreducePerf, EveryAlgorithmEveryTypeAndOpChecksClean) {
   ASSERT_EQ(run.result.exit_code, 0) << run.text();
   const Parsed p = parse_nccl_tests_output(run.text());
   EXPECT_GT(p.rows.size(), 100u);
+  EXPECT_EQ(p.out_of_bounds, "0 OK");
+}
+
+// --rounds: every algorithm's cells timed in turn, each row once, checked.
+TEST(AllreducePerf, RoundsReportEachAlgorithmOnceCheckedWithTheirCount) {
+  const PerfRun run = run_perf({"--np", "2", "-b", "1K", "-e", "64K", "-f", "64", "-n", "2", "-w",
+                                "1", "-X", "tcp", "-A", "all", "--rounds", "3"},
+                               240);
+  ASSERT_EQ(run.result.exit_code, 0) << run.text();
+  EXPECT_NE(run.text().find("# Rounds: 3 ("), std::string::npos) << run.text();
+  const Parsed p = parse_nccl_tests_output(run.text());
+  const std::size_t algorithms = parse({"-A", "all"}).algorithms.size();
+  ASSERT_EQ(p.rows.size(), 2 * algorithms) << run.text();  // 1 KiB and 64 KiB
+  for (long size : {1024L, 65536L}) {
+    std::set<std::string> algos;
+    for (const ParsedRow& r : p.rows) {
+      if (r.size != size) continue;
+      algos.insert(r.algo);
+      EXPECT_EQ(r.wrong[0], "0") << r.algo;
+      EXPECT_EQ(r.wrong[1], "0") << r.algo;
+    }
+    EXPECT_EQ(algos.size(), algorithms) << size << "\n" << run.text();  // each once
+  }
+  EXPECT_EQ(p.rows.back().algo.rfind("auto:", 0), 0u) << p.rows.back().algo;
   EXPECT_EQ(p.out_of_bounds, "0 OK");
 }
 
