@@ -18,6 +18,7 @@
 #include <mpi.h>
 #endif
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -530,6 +531,9 @@ class Runner {
       if (cell.seconds.empty()) return std::nullopt;
       Timing t = bandwidth(row.bytes, median(cell.seconds), busbw_factor(o_.collective, ranks_));
       t.wrong = cell.wrong;
+      const auto [fastest, slowest] = std::minmax_element(cell.seconds.begin(), cell.seconds.end());
+      t.min_us = *fastest * 1e6;
+      t.max_us = *slowest * 1e6;
       return t;
     };
     row.out_of_place = *timing(cells.out_of_place);

@@ -124,9 +124,10 @@ std::string json_document(const std::vector<Row>& rows, int ranks, const std::st
                           const std::string& tool) {
   auto t = [](const std::optional<Timing>& x) {
     if (!x) return std::string("null");
-    return fmt::format(R"({{"time_us": {:.3f}, "algbw": {:.4f}, "busbw": {:.4f}, "wrong": {}}})",
-                       x->time_us, x->algbw, x->busbw,
-                       x->wrong < 0 ? std::string("null") : std::to_string(x->wrong));
+    return fmt::format(
+        R"({{"time_us": {:.3f}, "algbw": {:.4f}, "busbw": {:.4f}, "wrong": {}, "min_us": {:.3f}, "max_us": {:.3f}}})",
+        x->time_us, x->algbw, x->busbw,
+        x->wrong < 0 ? std::string("null") : std::to_string(x->wrong), x->min_us, x->max_us);
   };
   std::string out = fmt::format(R"({{"tool": "{}", "ranks": {}, "transport": "{}", "results": [)",
                                 tool, ranks, transport);

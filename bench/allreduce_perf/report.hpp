@@ -25,6 +25,9 @@ struct Timing {
   double algbw = 0;  // GB/s
   double busbw = 0;
   std::int64_t wrong = -1;  // -1: not checked (N/A)
+  // The fastest and the slowest series' time (--rounds; with one round
+  // both are time_us): the JSON carries them.
+  double min_us = 0, max_us = 0;
 };
 
 struct Row {

@@ -12,6 +12,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -451,11 +452,33 @@ TEST(AllreducePerf, EveryAlgorithmEveryTypeAndOpChecksClean) {
   EXPECT_EQ(p.out_of_bounds, "0 OK");
 }
 
-// --rounds: every algorithm's cells timed in turn, each row once, checked.
+// Every timing of a -J file: time_us with the fastest and slowest series'.
+struct JsonTiming {
+  double time_us, min_us, max_us;
+};
+std::vector<JsonTiming> json_timings(const std::string& file) {
+  std::ifstream in(file);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string all = text.str();
+  static const std::regex timing(
+      R"re("time_us": ([0-9.]+), "algbw": [0-9.]+, "busbw": [0-9.]+, "wrong": [a-z0-9]+, "min_us": ([0-9.]+), "max_us": ([0-9.]+))re");
+  std::vector<JsonTiming> found;
+  for (auto it = std::sregex_iterator(all.begin(), all.end(), timing); it != std::sregex_iterator();
+       ++it)
+    found.push_back({std::stod((*it)[1]), std::stod((*it)[2]), std::stod((*it)[3])});
+  return found;
+}
+
+// --rounds: every algorithm's cells timed in turn, each row once, checked;
+// each time a median within its series' range (the JSON's), which more
+// than one series makes wider than a point somewhere.
 TEST(AllreducePerf, RoundsReportEachAlgorithmOnceCheckedWithTheirCount) {
-  const PerfRun run = run_perf({"--np", "2", "-b", "1K", "-e", "64K", "-f", "64", "-n", "2", "-w",
-                                "1", "-X", "tcp", "-A", "all", "--rounds", "3"},
-                               240);
+  const std::string json = ::testing::TempDir() + "/rounds.json";
+  const PerfRun run =
+      run_perf({"--np", "2", "-b", "1K",  "-e", "64K", "-f",       "64", "-n", "2",
+                "-w",   "1", "-X", "tcp", "-A", "all", "--rounds", "3",  "-J", json},
+               240);
   ASSERT_EQ(run.result.exit_code, 0) << run.text();
   EXPECT_NE(run.text().find("# Rounds: 3 ("), std::string::npos) << run.text();
   const Parsed p = parse_nccl_tests_output(run.text());
@@ -473,6 +496,27 @@ TEST(AllreducePerf, RoundsReportEachAlgorithmOnceCheckedWithTheirCount) {
   }
   EXPECT_EQ(p.rows.back().algo.rfind("auto:", 0), 0u) << p.rows.back().algo;
   EXPECT_EQ(p.out_of_bounds, "0 OK");
+  const std::vector<JsonTiming> timings = json_timings(json);
+  ASSERT_EQ(timings.size(), 2 * p.rows.size());  // out of place and in place
+  int spread = 0;
+  for (const JsonTiming& t : timings) {
+    // (The file's three decimals: a median equal to an end may print past it by 0.001.)
+    EXPECT_LE(t.min_us, t.time_us + 0.001);
+    EXPECT_GE(t.max_us, t.time_us - 0.001);
+    spread += t.max_us > t.min_us;
+  }
+  EXPECT_GT(spread, 0) << "no cell timed more than once";
+  // One round: each cell's range is its one time.
+  const std::string single = ::testing::TempDir() + "/single.json";
+  ASSERT_EQ(run_perf({"--np", "2", "-b", "1K", "-e", "1K", "-n", "2", "-w", "0", "-X", "tcp", "-J",
+                      single})
+                .result.exit_code,
+            0);
+  for (const JsonTiming& t : json_timings(single)) {
+    EXPECT_EQ(t.min_us, t.time_us);
+    EXPECT_EQ(t.max_us, t.time_us);
+  }
+  EXPECT_EQ(json_timings(single).size(), 2u);
 }
 
 TEST(AllreducePerf, TuneWritesAFileTheSelectorReads) {
