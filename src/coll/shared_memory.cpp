@@ -415,6 +415,39 @@ void shm_two_shot_allreduce(const Collective& c, const Operands& o) {
         copy_memory(slot + place(k, q), in + piece_first(q, k) * esize, piece_length(q, k) * esize);
     host.stream(c.sequence, k + 1);  // the rounds written
   };
+  // Round k's piece of this rank's own chunk, reduced in rank order straight
+  // into its place in the output, then copied from there (in cache) into
+  // the slot's reduced place for the others. Reducing into the slot and
+  // copying it out as the other ranks' pieces took 1.4-1.7x the time at p
+  // = 2, 1-64 MiB (docs/performance.md "Eighteenth pass"). In place on a
+  // rank above 1 the output is this rank's input until its turn in the
+  // order: the ranks before it are summed in the slot first.
+  const auto reduce_own_piece = [&](std::size_t k) {
+    const std::size_t n = piece_length(r, k);
+    const std::byte* own = in + piece_first(r, k) * esize;
+    std::byte* mine = out + piece_first(r, k) * esize;
+    std::byte* reduced = slot + place(k, p);
+    const auto piece_of = [&](int q) {
+      return q == r ? own : host.data(q, c.sequence) + place(k, r);
+    };
+    if (p == 1) {
+      if (mine != own) copy_memory(mine, own, n * esize);
+    } else {
+      std::byte* sum = own == mine && r >= 2 ? reduced : mine;
+      reduce::reduce(sum, piece_of(0), piece_of(1), n, o.type, o.op);
+      for (int q = 2; q < p; ++q) {
+        if (q == r && sum != mine) {
+          reduce::reduce(mine, sum, own, n, o.type, o.op);
+          sum = mine;
+        } else {
+          reduce::reduce(sum, piece_of(q), n, o.type, o.op);
+        }
+      }
+    }
+    if (o.op == ReduceOp::avg && n > 0)
+      reduce::divide(mine, n, o.type, static_cast<std::size_t>(p));
+    copy_memory(reduced, mine, n * esize);
+  };
   // Round 0 is written before the slot is published: a call of one round
   // has one wait per step, as before rounds (four ranks on two cores, 256
   // KiB: 1.16x the time with a second).
@@ -434,11 +467,11 @@ void shm_two_shot_allreduce(const Collective& c, const Operands& o) {
     if (k > 0) write_round(k);
     for (int q = 0; q < p; ++q)
       if (q != r) wait_rounds(q, k + 1, false);
-    reduce_slots(c, slot + place(k, p), place(k, r), piece_length(r, k), bytes, o.type, o.op,
-                 in + piece_first(r, k) * esize);
+    reduce_own_piece(k);
     host.consume(c.sequence, k + 1);  // the rounds reduced
     for (int q = 0; q < p; ++q) {
-      if (q != r) wait_rounds(q, k + 1, true);
+      if (q == r) continue;
+      wait_rounds(q, k + 1, true);
       copy_memory(out + piece_first(q, k) * esize, host.data(q, c.sequence) + place(k, p),
                   piece_length(q, k) * esize);
     }
