@@ -51,18 +51,16 @@ bool reduce_scatter_halving_preferred(std::size_t total_bytes, int p) {
 
 // While every rank reading every slot whole costs less than two-shot's
 // second step and copy out. One-shot reads (p - 1) whole buffers from its
-// peers, two-shot 2 (p - 1) / p of one, so the edge falls with p. At p = 2
-// one-shot wins wherever the buffer fits a slot (4 MiB by default), since
-// the copy in no longer crosses glibc's slow path above 1 MiB
-// (common/copy.hpp): forced, 3 alternating runs, medians, out of place us,
-// one-shot / two-shot: 1 MiB 113 / 147, 2 MiB 219 / 282, 4 MiB 508 / 564
-// (docs/performance.md "Eighth pass"). p = 3, 256 KiB: 75 against 89
-// (512 KiB-2 MiB: even). p = 4, 64 KiB: 34 against 41; 128 KiB even, 256
-// KiB 98 against 87. (p = 8, seventh pass: 64 KiB 107 against 158.)
+// peers, two-shot 2 (p - 1) / p of one. Since two-shot reduces its own
+// piece straight into the output (eighteenth pass) the edge is 8 KiB at p
+// = 2 and 64 KiB from 3 ranks: forced, 3 alternating runs of 3 rounds,
+// out of place us, one-shot / two-shot: p = 2, 8 KiB 1.7-1.8 / 1.9-2.1,
+// 16 KiB 2.7-2.8 / 2.5-2.7, 32 KiB 4.3 / 3.6-3.8, 1 MiB 104 / 72; p = 3,
+// 64 KiB 23 / 26-28, 128 KiB 38-39 / 35-39, 256 KiB 71-75 / 56-60; p =
+// 4, 64 KiB 29 / 27-28, 128 KiB 49-52 / 38-40 (docs/performance.md
+// "Eighteenth pass"). (p = 8, seventh pass: 64 KiB 107 against 158.)
 bool shm_one_shot_preferred(std::size_t bytes, int p) {
-  if (p <= 2) return true;  // while it fits a slot
-  const std::size_t kib = p == 3 ? 256 : 64;
-  return bytes <= kib * 1024;
+  return bytes <= (p <= 2 ? 8 : 64) * std::size_t{1024};
 }
 // Two-shot from one-shot's edge, at every p and size (in rounds through its
 // slot beyond it). Since a rank's own chunk stays out of its slot it beats
