@@ -421,7 +421,8 @@ void shm_two_shot_allreduce(const Collective& c, const Operands& o) {
   // copying it out as the other ranks' pieces took 1.4-1.7x the time at p
   // = 2, 1-64 MiB (docs/performance.md "Eighteenth pass"). In place on a
   // rank above 1 the output is this rank's input until its turn in the
-  // order: the ranks before it are summed in the slot first.
+  // order: the ranks before it are summed in scratch first (private
+  // memory, as the output: not in the slot, whose lines the others read).
   const auto reduce_own_piece = [&](std::size_t k) {
     const std::size_t n = piece_length(r, k);
     const std::byte* own = in + piece_first(r, k) * esize;
@@ -433,10 +434,11 @@ void shm_two_shot_allreduce(const Collective& c, const Operands& o) {
     if (p == 1) {
       if (mine != own) copy_memory(mine, own, n * esize);
     } else {
-      std::byte* sum = own == mine && r >= 2 ? reduced : mine;
+      const bool in_place = own == mine;
+      std::byte* sum = in_place && r >= 2 ? c.scratch_buffer(0, plan.piece * esize) : mine;
       reduce::reduce(sum, piece_of(0), piece_of(1), n, o.type, o.op);
       for (int q = 2; q < p; ++q) {
-        if (q == r && sum != mine) {
+        if (in_place && q == r) {
           reduce::reduce(mine, sum, own, n, o.type, o.op);
           sum = mine;
         } else {
