@@ -137,8 +137,8 @@ def choice(title="## Step 4: the automatic choice against the best forced algori
     print("\n%d of %d (size, launch) pairs within 1.15x; worst %.2fx\n" % (within, total, worst))
 
 
-def tail():
-    print("## Step 5: the tail, 10^5 back-to-back 8-byte AllReduces at p = 2\n")
+def tail(title="## Step 5: the tail, 10^5 back-to-back 8-byte AllReduces at p = 2"):
+    print(title + "\n")
     print("| run | Chorus p50 / p99 us | p99 / p50 | Open MPI p50 / p99 us | p99 / p50 |")
     print("| --- | --- | --- | --- | --- |")
     for i, name in enumerate(sorted(glob.glob("tail_*.txt")), 1):

@@ -68,14 +68,15 @@ def in_place_rewritten():
         os.chdir(here)
 
 
-report.in_place("## Step 1: in place against out of place (out-of-place time / in-place time; each run's cell "
-                "the median of 5 rounds; median (range) of 3 runs; >= 0.95 meets the target)")
-report.choice("## Step 2: the automatic choice against the best forced algorithm of the same launch "
-              "(each time the median of 3 rounds)")
-choice_by_twin()
-report.others("## Step 3: every other collective (speedup = MPI time / Chorus out-of-place time; each run's "
-              "cell the median of 5 rounds, Chorus and MPI in turn; median (range) of 3 runs; Chorus / MPI us)")
-report.allreduce("## Step 4: AllReduce beside Open MPI (speedup = MPI time / Chorus time; each run's cell the "
-                 "median of 5 rounds, Chorus and MPI in turn; median (range) of 3 runs)")
-in_place_rewritten()
-ring_in_place()
+if __name__ == "__main__":
+    report.in_place("## Step 1: in place against out of place (out-of-place time / in-place time; each run's cell "
+                    "the median of 5 rounds; median (range) of 3 runs; >= 0.95 meets the target)")
+    report.choice("## Step 2: the automatic choice against the best forced algorithm of the same launch "
+                  "(each time the median of 3 rounds)")
+    choice_by_twin()
+    report.others("## Step 3: every other collective (speedup = MPI time / Chorus out-of-place time; each run's "
+                  "cell the median of 5 rounds, Chorus and MPI in turn; median (range) of 3 runs; Chorus / MPI us)")
+    report.allreduce("## Step 4: AllReduce beside Open MPI (speedup = MPI time / Chorus time; each run's cell the "
+                     "median of 5 rounds, Chorus and MPI in turn; median (range) of 3 runs)")
+    in_place_rewritten()
+    ring_in_place()
