@@ -418,8 +418,8 @@ void shm_two_shot_allreduce(const Collective& c, const Operands& o) {
   // Round k's piece of this rank's own chunk, reduced in rank order straight
   // into its place in the output, then copied from there (in cache) into
   // the slot's reduced place for the others. Reducing into the slot and
-  // copying it out as the other ranks' pieces took 1.4-1.7x the time at p
-  // = 2, 1-64 MiB (docs/performance.md "Eighteenth pass"). In place on a
+  // copying it out as the other ranks' pieces took 1.4-1.9x the time at p
+  // = 2, 256 KiB-64 MiB (docs/performance.md "Eighteenth pass"). In place on a
   // rank above 1 the output is this rank's input until its turn in the
   // order: the ranks before it are summed in scratch first (private
   // memory, as the output: not in the slot, whose lines the others read).
