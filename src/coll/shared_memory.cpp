@@ -258,23 +258,35 @@ std::size_t bytes_of(std::size_t count, DataType type) { return count * size_of(
 // recv = slot 0 op slot 1 op ... in rank order, every rank alike, from
 // `offset` in each slot. `own`: this rank's data where it is not in its
 // slot (a reduce's root; the `count` elements themselves), read in its
-// turn, so it may be recv itself only on ranks 0 and 1 (read before recv
-// is first written).
+// turn. It may be recv itself (in place): on a rank above 1, whose recv
+// is its input until its turn, the ranks before it are summed in scratch
+// (private memory: stores into a slot, whose lines the other ranks read,
+// cost more, docs/performance.md "Eighteenth pass").
 void reduce_slots(const Collective& c, void* recv, std::size_t offset, std::size_t count,
                   std::size_t slot_bytes, DataType type, ReduceOp op,
                   const void* own = nullptr) {
-  const int p = c.host->size();
+  const int p = c.host->size(), me = c.host->rank();
   const std::size_t bytes = bytes_of(count, type);
   const auto data = [&](int q) -> const std::byte* {
-    if (own != nullptr && q == c.host->rank()) return static_cast<const std::byte*>(own);
+    if (own != nullptr && q == me) return static_cast<const std::byte*>(own);
     return wait_for_data(c, q, slot_bytes) + offset;
   };
   const std::byte* first = data(0);
   if (p == 1) {
     if (bytes > 0 && first != recv) std::memmove(recv, first, bytes);
   } else {
-    reduce::reduce(recv, first, data(1), count, type, op);
-    for (int q = 2; q < p; ++q) reduce::reduce(recv, data(q), count, type, op);
+    constexpr unsigned kPrefixScratch = 1;
+    const bool own_is_recv = own == recv && me >= 2;
+    void* sum = own_is_recv ? c.scratch_buffer(kPrefixScratch, bytes) : recv;
+    reduce::reduce(sum, first, data(1), count, type, op);
+    for (int q = 2; q < p; ++q) {
+      if (own_is_recv && q == me) {
+        reduce::reduce(recv, sum, own, count, type, op);
+        sum = recv;
+      } else {
+        reduce::reduce(sum, data(q), count, type, op);
+      }
+    }
   }
   if (op == ReduceOp::avg && count > 0)
     reduce::divide(recv, count, type, static_cast<std::size_t>(p));
@@ -419,36 +431,12 @@ void shm_two_shot_allreduce(const Collective& c, const Operands& o) {
   // into its place in the output, then copied from there (in cache) into
   // the slot's reduced place for the others. Reducing into the slot and
   // copying it out as the other ranks' pieces took 1.4-1.9x the time at p
-  // = 2, 256 KiB-64 MiB (docs/performance.md "Eighteenth pass"). In place on a
-  // rank above 1 the output is this rank's input until its turn in the
-  // order: the ranks before it are summed in scratch first (private
-  // memory, as the output: not in the slot, whose lines the others read).
+  // = 2, 256 KiB-64 MiB (docs/performance.md "Eighteenth pass").
   const auto reduce_own_piece = [&](std::size_t k) {
     const std::size_t n = piece_length(r, k);
-    const std::byte* own = in + piece_first(r, k) * esize;
     std::byte* mine = out + piece_first(r, k) * esize;
-    std::byte* reduced = slot + place(k, p);
-    const auto piece_of = [&](int q) {
-      return q == r ? own : host.data(q, c.sequence) + place(k, r);
-    };
-    if (p == 1) {
-      if (mine != own) copy_memory(mine, own, n * esize);
-    } else {
-      const bool in_place = own == mine;
-      std::byte* sum = in_place && r >= 2 ? c.scratch_buffer(0, plan.piece * esize) : mine;
-      reduce::reduce(sum, piece_of(0), piece_of(1), n, o.type, o.op);
-      for (int q = 2; q < p; ++q) {
-        if (in_place && q == r) {
-          reduce::reduce(mine, sum, own, n, o.type, o.op);
-          sum = mine;
-        } else {
-          reduce::reduce(sum, piece_of(q), n, o.type, o.op);
-        }
-      }
-    }
-    if (o.op == ReduceOp::avg && n > 0)
-      reduce::divide(mine, n, o.type, static_cast<std::size_t>(p));
-    copy_memory(reduced, mine, n * esize);
+    reduce_slots(c, mine, place(k, r), n, bytes, o.type, o.op, in + piece_first(r, k) * esize);
+    copy_memory(slot + place(k, p), mine, n * esize);
   };
   // Round 0 is written before the slot is published: a call of one round
   // has one wait per step, as before rounds (four ranks on two cores, 256
