@@ -479,14 +479,12 @@ void shm_reduce(const Collective& c, const Operands& o) {
   }
   // Nobody else reads the root's input: it reduces it from where it is
   // instead of copying it into its slot first (one copy of the buffer less
-  // on the root, which every other rank waits for). In place on a rank
-  // above 1, recv is written before the root's turn: then its input goes
-  // into its slot first, or, when streamed, into scratch chunk by chunk.
+  // on the root, which every other rank waits for), in place too
+  // (reduce_slots()).
   fetch_ahead_from_all(c, bytes);
-  const bool own_from_input = o.send != o.recv || o.root < 2;
   if (!streams(bytes)) {
-    contribute(c, own_from_input ? nullptr : o.send, own_from_input ? 0 : bytes);
-    reduce_slots(c, o.recv, 0, o.count, bytes, o.type, o.op, own_from_input ? o.send : nullptr);
+    contribute(c, nullptr, 0);
+    reduce_slots(c, o.recv, 0, o.count, bytes, o.type, o.op, o.send);
     return;
   }
   contribute(c, nullptr, 0);
@@ -501,11 +499,8 @@ void shm_reduce(const Collective& c, const Operands& o) {
     const std::size_t n = std::min(kStreamChunkBytes, bytes - at);
     for (int q = 0; q < c.host->size(); ++q)
       if (q != me) wait_streamed(c, q, at + n);
-    const auto* input = static_cast<const std::byte*>(o.send) + at;
-    const void* own = input;
-    if (!own_from_input) own = std::memcpy(c.scratch_buffer(0, kStreamChunkBytes), input, n);
     reduce_slots(c, static_cast<std::byte*>(o.recv) + at, at % window, n / esize, bytes, o.type,
-                 o.op, own);
+                 o.op, static_cast<const std::byte*>(o.send) + at);
     if (wraps) c.host->stream(c.sequence, at + n);  // consumed: the writers may reuse it
   }
 }
@@ -690,17 +685,10 @@ std::size_t shm_allgatherv_need(std::size_t, int) { return kStreamChunkBytes; }
 // which this rank's block is `count` elements from byte `mine`.
 void reduce_scatter_through_slots(const Collective& c, const Operands& o, std::size_t mine,
                                   std::size_t count, std::size_t total) {
-  const int r = c.host->rank();
   const std::size_t block = bytes_of(count, o.type);
   // This rank's own block only it reads: reduced from where it is, as
-  // two-shot's own chunk, unless in place on a rank above 1, where recv
-  // (its own block) is written before its turn in the rank order.
+  // two-shot's own chunk, in place too (reduce_slots()).
   const auto* in = static_cast<const std::byte*>(o.send);
-  const bool own_from_input = o.recv != in + mine || r < 2;
-  if (!own_from_input) {
-    contribute(c, o.send, total);
-    return reduce_slots(c, o.recv, mine, count, total, o.type, o.op);
-  }
   std::byte* slot = begin_slot(c, total);
   copy_memory(slot, in, mine);
   copy_memory(slot + mine + block, in + mine + block, total - mine - block);
