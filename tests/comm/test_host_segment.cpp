@@ -389,7 +389,9 @@ TEST(HostSegment, StreamedCollectivesDeliverEveryChunk) {
         require(b[count - 1] == static_cast<std::int32_t>((count - 1) * 7 + root), "last element");
         std::vector<std::int32_t> in(count), out(count, 0);
         for (std::size_t i = 0; i < count; ++i) in[i] = static_cast<std::int32_t>(i % 1000 + r);
-        const bool in_place = root == 1;
+        // In place at roots 1 and 2: above rank 1 the root's output is its
+        // input until its turn in the rank order (reduce_slots()).
+        const bool in_place = root >= 1;
         comm.reduce(in.data(), in_place ? in.data() : out.data(), count, DataType::int32,
                     ReduceOp::sum, root);
         if (r == root) {
