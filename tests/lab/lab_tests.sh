@@ -22,26 +22,53 @@
 #
 # Exit 77 (CTest: skipped) with the reason where a lab cannot be made here
 # (not root, no network namespaces).
+#
+# Time: LAB_TIME_SCALE (default 1; CTest sets 4 in a sanitizer build, as it
+# does the GoogleTest binaries' timeouts) multiplies every rank's limit and
+# the case's budget, LAB_BUDGET seconds (default 220, under CTest's 240):
+# a case over its budget fails with the ranks' output and takes its lab
+# down, where CTest's timeout would kill the script and leave the lab
+# behind. A lab left by a script that was killed anyway (its name holds the
+# script's pid) is taken down by the next run.
 set -uo pipefail
 
 bin=$1 worker=$2 case=$3 transport=${4:-tcp}
 here=$(cd "$(dirname "$0")" && pwd)
 netlab=$here/../../scripts/netlab
+scale=${LAB_TIME_SCALE:-1}
+budget=$((${LAB_BUDGET:-220} * scale))
 export NETLAB_NAME=t$$
 out=$(mktemp -d /tmp/chorus-lab.XXXXXX)
 
 skip() { echo "SKIPPED: $*"; exit 77; }
 fail() { echo "FAILED: $*"; for f in "$out"/rank*; do echo "--- $f"; cat "$f"; done; exit 1; }
+watchdog=
 cleanup() {
+  [ -n "$watchdog" ] && kill -TERM "$watchdog" 2>/dev/null && wait "$watchdog"  # and its sleep
   jobs -p | xargs -r kill -KILL 2>/dev/null
   "$netlab" down >/dev/null 2>&1
   rm -rf "$out"
 }
 trap cleanup EXIT
+trap 'fail "$case took longer than its budget of $budget s (LAB_BUDGET x LAB_TIME_SCALE)"' TERM
+# (Its output away from CTest's pipe, which a sleep left behind would hold
+# open; stopped, it stops its sleep.)
+(
+  trap 'kill "$sleeper" 2>/dev/null; exit' TERM
+  sleep "$budget" &
+  sleeper=$!
+  wait "$sleeper" && kill -TERM $$
+) >/dev/null 2>&1 &
+watchdog=$!
 
 [ "$(id -u)" = 0 ] || skip "the lab needs root (network namespaces, veth pairs, tc)"
 ip netns add "nl-$NETLAB_NAME-probe" 2>/dev/null && ip netns delete "nl-$NETLAB_NAME-probe" ||
   skip "network namespaces cannot be created here"
+for stale in $(ip netns list | sed -n 's/^nl-t\([0-9]*\)-h0\b.*/\1/p'); do
+  kill -0 "$stale" 2>/dev/null && continue  # its script still runs
+  echo "taking down lab t$stale, left by a killed run"
+  NETLAB_NAME=t$stale "$netlab" down >/dev/null 2>&1
+done
 "$netlab" up 2 --rate 1gbit >/dev/null || fail "netlab up"
 host0=$("$netlab" hosts | awk 'NR==1 {print $2}')
 
@@ -51,7 +78,7 @@ now_ms() { date +%s%3N; }
 # output in $out/rank<r>.
 pids=()
 start_ranks() {
-  local hosts=$1 per_host=$2 limit=$3
+  local hosts=$1 per_host=$2 limit=$(($3 * scale))
   shift 3
   local p=$((hosts * per_host)) port=$((20000 + RANDOM % 20000))
   pids=()
@@ -154,7 +181,7 @@ case $case in
     pids=()
     for h in 0 1; do
       # (--redirects 1 --tee 1: torch 1.13's default does not parse under Python 3.11)
-      CHORUS_TRANSPORT=$transport CHORUS_DEBUG=INFO timeout -s KILL 150 "$netlab" run $h \
+      CHORUS_TRANSPORT=$transport CHORUS_DEBUG=INFO timeout -s KILL $((150 * scale)) "$netlab" run $h \
         "$python" -m torch.distributed.run --redirects 1 --tee 1 --nnodes 2 --node_rank $h \
         --nproc_per_node 2 --master_addr "$host0" --master_port $port \
         "$here/../../examples/ddp_train.py" --steps 5 --hidden 64 >"$out/rank$h" 2>&1 &
