@@ -7,10 +7,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
+#include <numeric>
 #include <string>
+#include <vector>
 
 namespace chorus::coll {
 namespace {
@@ -172,7 +176,12 @@ std::vector<CostModel> probe_on(int p) {
 // has a time at every calibration size, timed or not: a variant the probe
 // stopped timing (2x behind, or not among the three best at 2 MiB) must
 // not keep a zero there, which would make it the cheapest. At p = 3 the
-// 8 MiB point is timed; at p = 9 (beyond kLargePointRanks) it is not.
+// 8 MiB point is timed for the three best at 2 MiB and the others grow as
+// the least-growing of those; at p = 9 (beyond kLargePointRanks) every
+// variant carries its 512 KiB-2 MiB slope on. Only how the probe derives
+// what it did not time is asserted: what it timed is whatever this shared
+// machine gave (in CI under load, a burst once made every variant's 2 MiB
+// time exceed its 8 MiB one), and predicted_seconds takes no slope below 0.
 TEST(Probe, EveryRankGetsTheSameTimesForEveryVariantAtEverySize) {
   for (int p : {3, 9}) {
     const auto models = probe_on(p);
@@ -187,9 +196,36 @@ TEST(Probe, EveryRankGetsTheSameTimesForEveryVariantAtEverySize) {
         EXPECT_TRUE(std::isfinite(m.measured[v][i]) && m.measured[v][i] > 0)
             << to_string(static_cast<Variant>(v)) << " at " << CostModel::kCalibrationBytes[i]
             << " bytes, p = " << p << ": " << m.measured[v][i];
-      // Four times the data never costs less.
-      EXPECT_GT(m.measured[v][top], m.measured[v][top - 1]) << to_string(static_cast<Variant>(v));
     }
+    const auto& at = CostModel::kCalibrationBytes;
+    auto growth = [&](int v) { return m.measured[v][top] / m.measured[v][top - 1]; };
+    if (p > CostModel::kLargePointRanks) {
+      for (int v = 0; v < kVariantCount; ++v) {
+        const auto& t = m.measured[v];
+        const double slope = std::max(
+            0.0, (t[top - 1] - t[top - 2]) / static_cast<double>(at[top - 1] - at[top - 2]));
+        EXPECT_DOUBLE_EQ(t[top], t[top - 1] + slope * static_cast<double>(at[top] - at[top - 1]))
+            << to_string(static_cast<Variant>(v)) << ", p = " << p;
+      }
+      continue;
+    }
+    // The timed: the three best at 2 MiB, within 1.5x of the best.
+    std::vector<int> by_cost(kVariantCount);
+    std::iota(by_cost.begin(), by_cost.end(), 0);
+    std::stable_sort(by_cost.begin(), by_cost.end(),
+                     [&](int a, int b) { return m.measured[a][top - 1] < m.measured[b][top - 1]; });
+    std::vector<bool> timed(kVariantCount, false);
+    for (int k = 0; k < 3; ++k)
+      if (m.measured[by_cost[k]][top - 1] <= 1.5 * m.measured[by_cost[0]][top - 1])
+        timed[by_cost[k]] = true;
+    double least = std::numeric_limits<double>::infinity();
+    for (int v = 0; v < kVariantCount; ++v)
+      if (timed[v]) least = std::min(least, growth(v));
+    for (int v = 0; v < kVariantCount; ++v)
+      if (!timed[v]) {
+        EXPECT_NEAR(growth(v), least, 1e-9 * least)
+            << to_string(static_cast<Variant>(v)) << " was not timed at 8 MiB";
+      }
   }
 }
 
