@@ -24,12 +24,13 @@
 # (not root, no network namespaces).
 #
 # Time: LAB_TIME_SCALE (default 1; CTest sets 4 in a sanitizer build, as it
-# does the GoogleTest binaries' timeouts) multiplies every rank's limit and
-# the case's budget, LAB_BUDGET seconds (default 220, under CTest's 240):
-# a case over its budget fails with the ranks' output and takes its lab
-# down, where CTest's timeout would kill the script and leave the lab
-# behind. A lab left by a script that was killed anyway (its name holds the
-# script's pid) is taken down by the next run.
+# does the GoogleTest binaries' timeouts, and 8 under ThreadSanitizer)
+# multiplies every rank's limit and the case's budget, LAB_BUDGET seconds
+# (default 220, under CTest's 240): a case over its budget fails with the
+# ranks' output and takes its lab down, where CTest's timeout would kill
+# the script and leave the lab behind. A lab left by a script that was
+# killed anyway (its name holds the script's pid) is taken down by the next
+# run.
 set -uo pipefail
 
 bin=$1 worker=$2 case=$3 transport=${4:-tcp}
