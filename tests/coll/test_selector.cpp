@@ -10,11 +10,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <numeric>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 namespace chorus::coll {
 namespace {
@@ -32,8 +35,14 @@ CostModel calibrated_with(Variant fast) {
   return m;
 }
 
+// A file in the temporary directory named for this process (two suites may
+// run at once), which the test removes.
+std::string scratch_path(const std::string& name) {
+  return ::testing::TempDir() + "/" + name + "-" + std::to_string(getpid());
+}
+
 std::string write_file(const std::string& text) {
-  const std::string path = ::testing::TempDir() + "/selector_test.tune";
+  const std::string path = scratch_path("selector_test.tune");
   std::ofstream(path) << text;
   return path;
 }
@@ -117,9 +126,10 @@ TEST(Selector, TuningFileBestRecordsWinForAutomaticOnlyAndRoundTrip) {
   Tuning t;
   t.model = calibrated_with(Variant::ring);
   t.entries = {{4, 1024, Variant::recursive_doubling}, {4, 65536, Variant::tree}};
-  const std::string path = ::testing::TempDir() + "/roundtrip.tune";
+  const std::string path = scratch_path("roundtrip.tune");
   write_tuning(path, t);
   const Tuning back = read_tuning(path);
+  std::filesystem::remove(path);
   ASSERT_TRUE(back.model && back.model->calibrated);
   EXPECT_NEAR(back.model->measured[2][3], t.model->measured[2][3], 1e-12);
   ASSERT_EQ(back.entries.size(), 2u);
@@ -154,6 +164,7 @@ TEST(Selector, BadTuningFilesNameFileLineAndProblem) {
   EXPECT_NE(error_of("speed 9\n").find("unknown record 'speed'"), std::string::npos);
   EXPECT_NE(error_of("best 4 100 ring extra\n").find("unexpected 'extra'"), std::string::npos);
   EXPECT_NE(error_of("best 4 100 ring\n").find("no error"), std::string::npos);
+  std::filesystem::remove(scratch_path("selector_test.tune"));
   try {
     read_tuning("/nonexistent/chorus.tune");
     FAIL() << "no error for a missing file";

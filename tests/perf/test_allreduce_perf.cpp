@@ -16,8 +16,16 @@
 #include <set>
 #include <sstream>
 
+#include <unistd.h>
+
 namespace chorus::perf {
 namespace {
+
+// A file in the temporary directory named for this process (two suites may
+// run at once), which the test removes.
+std::string scratch_path(const std::string& name) {
+  return ::testing::TempDir() + "/" + name + "-" + std::to_string(getpid());
+}
 
 // ---- a parser written for nccl-tests' all_reduce_perf output ---------------
 // Data rows are the lines that do not start with '#': size count type redop
@@ -329,9 +337,9 @@ PerfRun run_perf(const std::vector<std::string>& args, int seconds = 120,
 }
 
 TEST(AllreducePerf, LocalRunWithThreeRanksPassesAndIsParsable) {
-  const std::string dir = ::testing::TempDir();
+  const std::string json_path = scratch_path("perf.json"), csv_path = scratch_path("perf.csv");
   const PerfRun run = run_perf({"--np", "3", "-b", "8", "-e", "64K", "-f", "8", "-n", "3", "-w", "1",
-                            "-X", "tcp", "-J", dir + "/perf.json", "--csv", dir + "/perf.csv"});
+                            "-X", "tcp", "-J", json_path, "--csv", csv_path});
   ASSERT_EQ(run.result.exit_code, 0) << run.text();
   const Parsed p = parse_nccl_tests_output(run.text());
   ASSERT_EQ(p.rows.size(), 5u) << run.text();  // 8, 64, 512, 4096, 32768
@@ -345,10 +353,11 @@ TEST(AllreducePerf, LocalRunWithThreeRanksPassesAndIsParsable) {
   EXPECT_NE(run.text().find("nThread 1 nGpus 1 minBytes 8 maxBytes 65536 step: 8(factor) warmup iters: 1 iters: 3"),
             std::string::npos);
   EXPECT_NE(run.text().find("#  Rank  2 Group  0 Pid"), std::string::npos);
-  std::ifstream json(dir + "/perf.json"), csv(dir + "/perf.csv");
   std::stringstream js, cs;
-  js << json.rdbuf();
-  cs << csv.rdbuf();
+  js << std::ifstream(json_path).rdbuf();
+  cs << std::ifstream(csv_path).rdbuf();
+  std::filesystem::remove(json_path);
+  std::filesystem::remove(csv_path);
   EXPECT_NE(js.str().find(R"("size": 4096, "count": 1024, "type": "float")"), std::string::npos) << js.str();
   EXPECT_NE(cs.str().find("4096,1024,float,sum,-1,"), std::string::npos) << cs.str();
 }
@@ -474,7 +483,7 @@ std::vector<JsonTiming> json_timings(const std::string& file) {
 // each time a median within its series' range (the JSON's), which more
 // than one series makes wider than a point somewhere.
 TEST(AllreducePerf, RoundsReportEachAlgorithmOnceCheckedWithTheirCount) {
-  const std::string json = ::testing::TempDir() + "/rounds.json";
+  const std::string json = scratch_path("rounds.json");
   const PerfRun run =
       run_perf({"--np", "2", "-b", "1K",  "-e", "64K", "-f",       "64", "-n", "2",
                 "-w",   "1", "-X", "tcp", "-A", "all", "--rounds", "3",  "-J", json},
@@ -507,7 +516,7 @@ TEST(AllreducePerf, RoundsReportEachAlgorithmOnceCheckedWithTheirCount) {
   }
   EXPECT_GT(spread, 0) << "no cell timed more than once";
   // One round: each cell's range is its one time.
-  const std::string single = ::testing::TempDir() + "/single.json";
+  const std::string single = scratch_path("single.json");
   ASSERT_EQ(run_perf({"--np", "2", "-b", "1K", "-e", "1K", "-n", "2", "-w", "0", "-X", "tcp", "-J",
                       single})
                 .result.exit_code,
@@ -517,14 +526,17 @@ TEST(AllreducePerf, RoundsReportEachAlgorithmOnceCheckedWithTheirCount) {
     EXPECT_EQ(t.max_us, t.time_us);
   }
   EXPECT_EQ(json_timings(single).size(), 2u);
+  std::filesystem::remove(json);
+  std::filesystem::remove(single);
 }
 
 TEST(AllreducePerf, TuneWritesAFileTheSelectorReads) {
-  const std::string file = ::testing::TempDir() + "/chorus.tune";
+  const std::string file = scratch_path("chorus.tune");
   const PerfRun run = run_perf({"--np", "2", "-b", "8", "-e", "64K", "-f", "64", "-n", "2", "-w", "0",
                             "-X", "tcp", "--tune", file});
   ASSERT_EQ(run.result.exit_code, 0) << run.text();
   const coll::Tuning t = coll::read_tuning(file);
+  std::filesystem::remove(file);
   ASSERT_TRUE(t.model.has_value());
   ASSERT_EQ(t.entries.size(), 3u);  // 8, 512, 32768
   EXPECT_EQ(t.entries[0].ranks, 2);
