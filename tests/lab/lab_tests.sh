@@ -181,10 +181,11 @@ case $case in
     port=$((20000 + RANDOM % 20000))
     pids=()
     for h in 0 1; do
-      # (--redirects 1 --tee 1: torch 1.13's default does not parse under Python 3.11)
+      # (--redirects 1 --tee 1: torch 1.13's default does not parse under Python 3.11;
+      # --log_dir: without it each agent makes /tmp/torchelastic_* and leaves it)
       CHORUS_TRANSPORT=$transport CHORUS_DEBUG=INFO timeout -s KILL $((150 * scale)) "$netlab" run $h \
         "$python" -m torch.distributed.run --redirects 1 --tee 1 --nnodes 2 --node_rank $h \
-        --nproc_per_node 2 --master_addr "$host0" --master_port $port \
+        --nproc_per_node 2 --master_addr "$host0" --master_port $port --log_dir "$out/torch$h" \
         "$here/../../examples/ddp_train.py" --steps 5 --hidden 64 >"$out/rank$h" 2>&1 &
       pids+=($!)
     done

@@ -443,11 +443,13 @@ class TorchBackend(unittest.TestCase):
         # 0 parses to None (3.11's Flag iteration skips the zero member) and
         # the launcher crashes; 1 (stdout) with --tee 1 parses and still
         # shows the workers' output.
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1",
-               "--nnodes", "1", "--nproc_per_node", "2",
-               "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-               os.path.join(SOURCE, "examples", "ddp_train.py"), "--steps", "5", "--hidden", "64"]
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+        # --log_dir: without it the agent makes /tmp/torchelastic_* and leaves it.
+        with tempfile.TemporaryDirectory() as logs:
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1",
+                   "--nnodes", "1", "--nproc_per_node", "2", "--log_dir", logs,
+                   "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+                   os.path.join(SOURCE, "examples", "ddp_train.py"), "--steps", "5", "--hidden", "64"]
+            done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
         self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
         self.assertIn("parameters identical on 2 ranks", done.stdout, done.stdout + done.stderr)
 
