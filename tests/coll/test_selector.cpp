@@ -3,6 +3,7 @@
 // what the probe hands every rank.
 #include "coll/selector.hpp"
 
+#include "../scratch_file.hpp"
 #include "local_transports.hpp"
 
 #include <gtest/gtest.h>
@@ -10,14 +11,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <numeric>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
 
 namespace chorus::coll {
 namespace {
@@ -33,18 +31,6 @@ CostModel calibrated_with(Variant fast) {
                              ? 1e-6
                              : 2e-6 + 1e-3 * static_cast<double>(CostModel::kCalibrationBytes[i]) / (2 << 20);
   return m;
-}
-
-// A file in the temporary directory named for this process (two suites may
-// run at once), which the test removes.
-std::string scratch_path(const std::string& name) {
-  return ::testing::TempDir() + "/" + name + "-" + std::to_string(getpid());
-}
-
-std::string write_file(const std::string& text) {
-  const std::string path = scratch_path("selector_test.tune");
-  std::ofstream(path) << text;
-  return path;
 }
 
 TEST(Selector, AutomaticTakesTheCheapestMeasuredVariant) {
@@ -126,10 +112,9 @@ TEST(Selector, TuningFileBestRecordsWinForAutomaticOnlyAndRoundTrip) {
   Tuning t;
   t.model = calibrated_with(Variant::ring);
   t.entries = {{4, 1024, Variant::recursive_doubling}, {4, 65536, Variant::tree}};
-  const std::string path = scratch_path("roundtrip.tune");
-  write_tuning(path, t);
-  const Tuning back = read_tuning(path);
-  std::filesystem::remove(path);
+  const testing::ScratchFile file("roundtrip.tune");
+  write_tuning(file.path(), t);
+  const Tuning back = read_tuning(file.path());
   ASSERT_TRUE(back.model && back.model->calibrated);
   EXPECT_NEAR(back.model->measured[2][3], t.model->measured[2][3], 1e-12);
   ASSERT_EQ(back.entries.size(), 2u);
@@ -143,9 +128,11 @@ TEST(Selector, TuningFileBestRecordsWinForAutomaticOnlyAndRoundTrip) {
 }
 
 TEST(Selector, BadTuningFilesNameFileLineAndProblem) {
-  auto error_of = [](const std::string& text) {
+  const testing::ScratchFile file("selector_test.tune");
+  auto error_of = [&](const std::string& text) {
+    std::ofstream(file.path()) << text;
     try {
-      read_tuning(write_file(text));
+      read_tuning(file.path());
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
       return std::string(e.what());
@@ -164,7 +151,6 @@ TEST(Selector, BadTuningFilesNameFileLineAndProblem) {
   EXPECT_NE(error_of("speed 9\n").find("unknown record 'speed'"), std::string::npos);
   EXPECT_NE(error_of("best 4 100 ring extra\n").find("unexpected 'extra'"), std::string::npos);
   EXPECT_NE(error_of("best 4 100 ring\n").find("no error"), std::string::npos);
-  std::filesystem::remove(scratch_path("selector_test.tune"));
   try {
     read_tuning("/nonexistent/chorus.tune");
     FAIL() << "no error for a missing file";

@@ -1,6 +1,7 @@
 // allreduce_perf: its flags (nccl-tests' names and defaults), its table (read
 // by a parser written for nccl-tests output), its verifiable data, and short
 // runs with --np that check the exit status, #wrong and the files it writes.
+#include "../scratch_file.hpp"
 #include "coll/selector.hpp"
 #include "options.hpp"
 #include "process_group.hpp"
@@ -16,16 +17,8 @@
 #include <set>
 #include <sstream>
 
-#include <unistd.h>
-
 namespace chorus::perf {
 namespace {
-
-// A file in the temporary directory named for this process (two suites may
-// run at once), which the test removes.
-std::string scratch_path(const std::string& name) {
-  return ::testing::TempDir() + "/" + name + "-" + std::to_string(getpid());
-}
 
 // ---- a parser written for nccl-tests' all_reduce_perf output ---------------
 // Data rows are the lines that do not start with '#': size count type redop
@@ -337,9 +330,9 @@ PerfRun run_perf(const std::vector<std::string>& args, int seconds = 120,
 }
 
 TEST(AllreducePerf, LocalRunWithThreeRanksPassesAndIsParsable) {
-  const std::string json_path = scratch_path("perf.json"), csv_path = scratch_path("perf.csv");
+  const testing::ScratchFile json("perf.json"), csv("perf.csv");
   const PerfRun run = run_perf({"--np", "3", "-b", "8", "-e", "64K", "-f", "8", "-n", "3", "-w", "1",
-                            "-X", "tcp", "-J", json_path, "--csv", csv_path});
+                            "-X", "tcp", "-J", json.path(), "--csv", csv.path()});
   ASSERT_EQ(run.result.exit_code, 0) << run.text();
   const Parsed p = parse_nccl_tests_output(run.text());
   ASSERT_EQ(p.rows.size(), 5u) << run.text();  // 8, 64, 512, 4096, 32768
@@ -354,10 +347,8 @@ TEST(AllreducePerf, LocalRunWithThreeRanksPassesAndIsParsable) {
             std::string::npos);
   EXPECT_NE(run.text().find("#  Rank  2 Group  0 Pid"), std::string::npos);
   std::stringstream js, cs;
-  js << std::ifstream(json_path).rdbuf();
-  cs << std::ifstream(csv_path).rdbuf();
-  std::filesystem::remove(json_path);
-  std::filesystem::remove(csv_path);
+  js << std::ifstream(json.path()).rdbuf();
+  cs << std::ifstream(csv.path()).rdbuf();
   EXPECT_NE(js.str().find(R"("size": 4096, "count": 1024, "type": "float")"), std::string::npos) << js.str();
   EXPECT_NE(cs.str().find("4096,1024,float,sum,-1,"), std::string::npos) << cs.str();
 }
@@ -483,7 +474,8 @@ std::vector<JsonTiming> json_timings(const std::string& file) {
 // each time a median within its series' range (the JSON's), which more
 // than one series makes wider than a point somewhere.
 TEST(AllreducePerf, RoundsReportEachAlgorithmOnceCheckedWithTheirCount) {
-  const std::string json = scratch_path("rounds.json");
+  const testing::ScratchFile rounds_json("rounds.json");
+  const std::string& json = rounds_json.path();
   const PerfRun run =
       run_perf({"--np", "2", "-b", "1K",  "-e", "64K", "-f",       "64", "-n", "2",
                 "-w",   "1", "-X", "tcp", "-A", "all", "--rounds", "3",  "-J", json},
@@ -516,7 +508,8 @@ TEST(AllreducePerf, RoundsReportEachAlgorithmOnceCheckedWithTheirCount) {
   }
   EXPECT_GT(spread, 0) << "no cell timed more than once";
   // One round: each cell's range is its one time.
-  const std::string single = scratch_path("single.json");
+  const testing::ScratchFile single_json("single.json");
+  const std::string& single = single_json.path();
   ASSERT_EQ(run_perf({"--np", "2", "-b", "1K", "-e", "1K", "-n", "2", "-w", "0", "-X", "tcp", "-J",
                       single})
                 .result.exit_code,
@@ -526,17 +519,14 @@ TEST(AllreducePerf, RoundsReportEachAlgorithmOnceCheckedWithTheirCount) {
     EXPECT_EQ(t.max_us, t.time_us);
   }
   EXPECT_EQ(json_timings(single).size(), 2u);
-  std::filesystem::remove(json);
-  std::filesystem::remove(single);
 }
 
 TEST(AllreducePerf, TuneWritesAFileTheSelectorReads) {
-  const std::string file = scratch_path("chorus.tune");
+  const testing::ScratchFile file("chorus.tune");
   const PerfRun run = run_perf({"--np", "2", "-b", "8", "-e", "64K", "-f", "64", "-n", "2", "-w", "0",
-                            "-X", "tcp", "--tune", file});
+                            "-X", "tcp", "--tune", file.path()});
   ASSERT_EQ(run.result.exit_code, 0) << run.text();
-  const coll::Tuning t = coll::read_tuning(file);
-  std::filesystem::remove(file);
+  const coll::Tuning t = coll::read_tuning(file.path());
   ASSERT_TRUE(t.model.has_value());
   ASSERT_EQ(t.entries.size(), 3u);  // 8, 512, 32768
   EXPECT_EQ(t.entries[0].ranks, 2);
