@@ -256,12 +256,14 @@ void contribute_streaming(const Collective& c, const void* source, std::size_t b
 std::size_t bytes_of(std::size_t count, DataType type) { return count * size_of(type); }
 
 // recv = slot 0 op slot 1 op ... in rank order, every rank alike, from
-// `offset` in each slot. `own`: this rank's data where it is not in its
-// slot (a reduce's root; the `count` elements themselves), read in its
-// turn. It may be recv itself (in place): on a rank above 1, whose recv
-// is its input until its turn, the ranks before it are summed in scratch
-// (private memory: stores into a slot, whose lines the other ranks read,
-// cost more, docs/performance.md "Eighteenth pass").
+// `offset` in each slot. `own`: this rank's data (the `count` elements
+// themselves), read in its turn from there instead of from its slot:
+// where it is not in the slot (a reduce's root), or where the peers are
+// reading the slot (one-shot AllReduce). It may be recv itself (in place):
+// on a rank above 1, whose recv is its input until its turn, the ranks
+// before it are summed in scratch (private memory: stores into a slot,
+// whose lines the other ranks read, cost more, docs/performance.md
+// "Eighteenth pass").
 void reduce_slots(const Collective& c, void* recv, std::size_t offset, std::size_t count,
                   std::size_t slot_bytes, DataType type, ReduceOp op,
                   const void* own = nullptr) {
@@ -330,10 +332,14 @@ void HostCallCheck::finish(transport::Deadline deadline) {
 
 void announce_call(const Collective& c) { contribute(c, nullptr, 0); }
 
+// Every rank reads its own input from where it is, not from its slot: the
+// slot's lines are the ones every peer is fetching at that moment, and
+// reading them back made p = 2 at 8 B-8 KiB 1.1-1.6x as slow, and forced
+// at 16-64 KiB 2-2.6x (docs/performance.md "Twentieth pass").
 void shm_one_shot_allreduce(const Collective& c, const Operands& o) {
   const std::size_t bytes = bytes_of(o.count, o.type);
   contribute(c, o.send, bytes);  // before recv is written: they may be one buffer
-  reduce_slots(c, o.recv, 0, o.count, bytes, o.type, o.op);
+  reduce_slots(c, o.recv, 0, o.count, bytes, o.type, o.op, o.send);
 }
 
 std::size_t shm_streamed_need(std::size_t bytes, int) {

@@ -62,15 +62,15 @@ Collective on_own_host(const Collective& c);
 // The shared-memory algorithms (registry rows of family "shm"); c.host must
 // be set, and what each rank writes must fit a slot (host_slot_need()).
 //
-// AllReduce has two. One-shot: every rank reduces every slot, whole (one
-// step; p reads of the buffer per rank). Two-shot: rank r reduces only
-// chunk r of every slot (its own from its input) into a place of its own
-// slot, marks it, and every rank copies the p reduced chunks out (two
-// steps; about two reads of the buffer per rank, whatever p): the one for
-// larger buffers, in rounds of pieces of every chunk through a window of
-// the slot, so at any size.
+// AllReduce has two. One-shot: every rank reduces every other slot, whole,
+// with its own input (one step; p reads of the buffer per rank). Two-shot:
+// rank r reduces only chunk r of every slot (its own from its input) into
+// a place of its own slot, marks it, and every rank copies the p reduced
+// chunks out (two steps; about two reads of the buffer per rank, whatever
+// p): the one for larger buffers, in rounds of pieces of every chunk
+// through a window of the slot, so at any size.
 //
-//   one-shot   r: out = s0 + s1 + s2 + s3            (all of it)
+//   one-shot   r: out = s0 + s1 + s2 + s3            (all of it; s_r: its input)
 //   two-shot   r: c_r = s0[r] + s1[r] + s2[r] + s3[r] (its chunk), then
 //                 out = c_0 | c_1 | c_2 | c_3         (copied from the slots)
 void shm_one_shot_allreduce(const Collective& c, const Operands& o);
