@@ -49,19 +49,22 @@ bool reduce_scatter_halving_preferred(std::size_t total_bytes, int p) {
   return p > 2 && total_bytes < 64 * 1024;
 }
 
-// While every rank reading every slot whole costs less than two-shot's
-// second step and copy out. One-shot reads (p - 1) whole buffers from its
-// peers, two-shot 2 (p - 1) / p of one. Since two-shot reduces its own
-// piece straight into the output (eighteenth pass) the edge is 8 KiB at p
-// = 2 and 64 KiB from 3 ranks: forced, 3 alternating runs of 3 rounds,
-// out of place us, one-shot / two-shot: p = 2, 8 KiB 1.7-1.8 / 1.9-2.1,
-// 16 KiB 2.7-2.8 / 2.5-2.7, 32 KiB 4.3 / 3.6-3.8, 1 MiB 104 / 72; p = 3,
-// 64 KiB 23 / 26-28, 128 KiB 38-39 / 35-39, 256 KiB 71-75 / 56-60; p =
-// 4, 64 KiB 29 / 27-28, 128 KiB 49-52 / 38-40 (docs/performance.md
-// "Eighteenth pass"). (p = 8, seventh pass: 64 KiB 107 against 158.)
-bool shm_one_shot_preferred(std::size_t bytes, int p) {
-  return bytes <= (p <= 2 ? 8 : 64) * std::size_t{1024};
-}
+// While every rank reading every other slot whole costs less than
+// two-shot's second step and copy out. One-shot reads (p - 1) whole
+// buffers from its peers, two-shot 2 (p - 1) / p of one. Since one-shot
+// reduces its own input from where it is (twentieth pass) the edge is 64
+// KiB at every p (it was 8 KiB at p = 2): p = 2, auto, this build against
+// the one before (which ran two-shot past 8 KiB), 3 alternating runs, out
+// of place: 16 KiB 1.39x as fast, 32 KiB 1.17x, 64 KiB 1.02x. From 128 to
+// 512 KiB the two are level, either one ahead with the machine's state
+// (forced, two-shot / one-shot, medians of two series of 3 runs: 128 KiB
+// 0.95 and 1.12, 256 KiB 1.00 and 1.05, 512 KiB 0.94 and 1.06; one-shot
+// chosen up to 512 KiB ran 0.90-0.95x as fast as two-shot in a third), so
+// two-shot stays there. p = 3: 64 KiB 1.16 and 1.23, 128 KiB 0.84 and
+// 0.97; p = 4: 64 KiB 1.04 and 1.05, 128 KiB 0.85 and 0.84
+// (docs/performance.md "Twentieth pass"). (p = 8, seventh pass: 64 KiB
+// 107 against 158.)
+bool shm_one_shot_preferred(std::size_t bytes, int) { return bytes <= 64 * std::size_t{1024}; }
 // Two-shot from one-shot's edge, at every p and size (in rounds through its
 // slot beyond it). Since a rank's own chunk stays out of its slot it beats
 // the ring at p = 2 too, and in place by more (the ring's in-place pass

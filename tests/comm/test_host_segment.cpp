@@ -147,7 +147,8 @@ TEST(HostSegment, AllReduceOnThreeAndFourRanksGoesFromOneShotToTwoShotAfter64KiB
       auto& engine = CommunicatorAccess::engine(comm);
       using K = coll::CollectiveKind;
       require(engine.choose(K::allreduce, "", 64 << 10).row->name == "shm_one_shot", "64 KiB");
-      require(engine.choose(K::allreduce, "", 128 << 10).row->name == "shm_two_shot", "128 KiB");
+      require(engine.choose(K::allreduce, "", (64 << 10) + 4).row->name == "shm_two_shot",
+              "past 64 KiB");
       require(engine.choose(K::allreduce, "", 1 << 20).row->name == "shm_two_shot", "1 MiB");
       // Beyond the 2 MiB slot, in rounds through it.
       require(engine.choose(K::allreduce, "", 64 << 20).row->name == "shm_two_shot", "64 MiB");
@@ -165,14 +166,14 @@ TEST(HostSegment, EveryCollectiveFitsItsSlotsAndChoosesShm) {
       require(choice.row->family == "shm" && std::string(choice.reason) == "host segment",
               std::string(coll::to_string(kind)) + " of 64 bytes: " + std::string(choice.row->name));
     }
-    // AllReduce at p = 2: one-shot up to 8 KiB, then two-shot (beyond a
+    // AllReduce at p = 2: one-shot up to 64 KiB, then two-shot (beyond a
     // slot in rounds through it) while the size fits the slot header's
     // 31-bit word.
     const std::size_t slot = engine.host->slot_bytes();
     require(engine.choose(K::allreduce, "", 1024).row->name == "shm_one_shot", "1 KiB");
-    require(engine.choose(K::allreduce, "", 8 << 10).row->name == "shm_one_shot", "8 KiB");
-    require(engine.choose(K::allreduce, "", (8 << 10) + 4).row->name == "shm_two_shot",
-            "past 8 KiB");
+    require(engine.choose(K::allreduce, "", 64 << 10).row->name == "shm_one_shot", "64 KiB");
+    require(engine.choose(K::allreduce, "", (64 << 10) + 4).row->name == "shm_two_shot",
+            "past 64 KiB");
     require(engine.choose(K::allreduce, "", slot).row->name == "shm_two_shot", "a slot's size");
     require(engine.choose(K::allreduce, "", slot + 4).row->name == "shm_two_shot", "beyond a slot");
     require(engine.choose(K::allreduce, "", 64 << 20).row->name == "shm_two_shot", "64 MiB");
