@@ -65,6 +65,21 @@ def before_after(title):
     print()
 
 
+def sixteen_mib():
+    """Step 9: 16 MiB at p = 2, one row a run."""
+    print("## Step 9: AllReduce p = 2 at 16 MiB beside Open MPI (us, out of place / in place; speedup = "
+          "Open MPI's better column / Chorus's out of place)\n")
+    print("| run | Chorus | Open MPI | speedup | in place against in place |")
+    print("| --- | --- | --- | --- | --- |")
+    speedups = []
+    for rep in range(1, 6):
+        for r in csv.DictReader(open("allreduce_16m_%d.csv" % rep)):
+            c, ci, m, mi = (float(r[k]) for k in ("oop_time_us", "ip_time_us", "mpi_time_us", "mpi_ip_time_us"))
+            speedups.append(min(m, mi) / c)
+            print("| %d | %.0f / %.0f | %.0f / %.0f | %.2f | %.2f |" % (rep, c, ci, m, mi, min(m, mi) / c, mi / ci))
+    print("\nmedian (range): %s\n" % pass19.spread(speedups))
+
+
 def in_directory(name, show):
     os.chdir(os.path.join(here, name))
     show()
@@ -96,6 +111,7 @@ if __name__ == "__main__":
         pass16.choice("## Step 8: the automatic choice against the best forced algorithm of the same launch "
                       "(each time the median of 3 rounds)"),
         pass17.choice_by_twin()))
+    in_directory("16mib", sixteen_mib)
     in_directory("after", lambda: (
         the_256_byte_cell("## Step 2 on 1c1c94c: AllReduce p = 2 at 256 B, one launch a row"),
         pass19.loops()))

@@ -10,12 +10,12 @@
 # KiB at p = 2 and 128 KiB at p = 3 (OUT=$here/first; BEFORE: a bin/
 # directory of a build of 8c1b891), steps 2-3 on the same build
 # (OUT=$here/after; the same code as the last below 64 KiB). On the last
-# (6e967fe: one-shot up to 64 KiB at every p) ran steps 5, 7 and 8
+# (6e967fe: one-shot up to 64 KiB at every p) ran steps 5, 7, 8 and 9
 # (OUT=$here) and step 6 again (OUT=$here/second).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 here=docs/perf/shm_pass20
 out=${OUT:-$here}; B=$PWD/build/bin; L=$PWD/build/src
-STEPS=${STEPS:-12345678}
+STEPS=${STEPS:-123456789}
 mkdir -p "$out"
 g++ -O2 -march=native -std=c++20 -o /tmp/line_flags $here/line_flags.cpp
 
@@ -110,4 +110,14 @@ for rep in 01 02 03 04 05 06 07 08 09 10; do for p in 2 4; do
   $B/allreduce_perf --np $p -b 16K -e 1M -f 4 -A all -n 20 -w 3 --rounds 3 -c 0 \
     --csv $out/choice/choice_p${p}_$rep.csv >/dev/null 2>&1
 done; done
+fi
+
+# 9. 16 MiB at p = 2 beside Open MPI alone (step 7's cell that moved), 5
+#    rounds of 6 calls; 5 runs.
+if [[ $STEPS == *9* ]]; then
+mkdir -p $out/16mib
+for rep in 1 2 3 4 5; do
+  mpirun -np 2 $B/allreduce_perf -b 16M -e 16M -n 6 -w 3 --rounds 5 --mpi -X ucx -c 0 \
+    --csv $out/16mib/allreduce_16m_$rep.csv >/dev/null 2>&1
+done
 fi
