@@ -14,19 +14,14 @@
 # (OUT=$here) and step 6 again (OUT=$here/second).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 here=docs/perf/shm_pass20
-out=${OUT:-$here}; B=$PWD/build/bin; L=$PWD/build/src
+out=${OUT:-$here}; B=$PWD/build/bin
 STEPS=${STEPS:-123456789}
 mkdir -p "$out"
 g++ -O2 -march=native -std=c++20 -o /tmp/line_flags $here/line_flags.cpp
 
-# 1. AllReduce p = 2 beside Open MPI, 4 B-64 KiB (the nineteenth pass's
-#    step 1); 3 runs.
-if [[ $STEPS == *1* ]]; then
-for rep in 1 2 3; do
-  mpirun -np 2 $B/allreduce_perf -b 4 -e 64K -f 2 -n 400 -w 100 --rounds 5 --mpi -X ucx -c 0 \
-    --csv $out/allreduce_p2_small_$rep.csv >/dev/null 2>&1
-done
-fi
+# 1. AllReduce p = 2 beside Open MPI, 4 B-64 KiB: the nineteenth pass's
+#    step 1 (3 runs), run by its script.
+if [[ $STEPS == *1* ]]; then OUT=$out STEPS=1 bash docs/perf/shm_pass19/run.sh; fi
 
 # 2. The 256-byte cell by the launches that found it at 0.91 in the
 #    nineteenth pass: 10, bound to cores (mpirun's default) and unbound in
@@ -41,16 +36,9 @@ done; done
 fi
 
 # 3. The rooted blocking calls at 8 B, p = 2, through libchorus_pmpi with
-#    CHORUS_MPI_MIN_BYTES=0 and Open MPI alone, alternating; 5 runs (the
-#    nineteenth pass's step 3).
-if [[ $STEPS == *3* ]]; then
-mpicxx -O2 -o /tmp/call_loops docs/perf/shm_pass15/call_loops.cpp
-for rep in 1 2 3 4 5; do
-  mpirun -np 2 /tmp/call_loops 30000 2 4,5,14,15,16,17 > $out/loops_mpi_$rep.csv 2>/dev/null
-  mpirun -np 2 -x LD_LIBRARY_PATH=$L -x LD_PRELOAD=$L/libchorus_pmpi.so -x CHORUS_MPI_MIN_BYTES=0 \
-    /tmp/call_loops 30000 2 4,5,14,15,16,17 > $out/loops_chorus_$rep.csv 2>/dev/null
-done
-fi
+#    CHORUS_MPI_MIN_BYTES=0 and Open MPI alone, alternating: the nineteenth
+#    pass's step 3 (5 runs), run by its script.
+if [[ $STEPS == *3* ]]; then OUT=$out STEPS=3 bash docs/perf/shm_pass19/run.sh; fi
 
 # 4. A flag in every line against the segment's header, outside the
 #    library (line_flags.cpp); 3 launches of 7 alternating runs a size.
