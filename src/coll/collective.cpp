@@ -10,7 +10,8 @@ std::byte* Scratch::get(unsigned slot, std::size_t bytes) {
   Buffer& b = buffers_[slot];
   if (b.bytes < bytes || !b.data) {
     b.data.reset();  // release before allocating: peak memory stays one buffer
-    b.data.reset(new std::byte[std::max<std::size_t>(bytes, 1)]);
+    b.data.reset(static_cast<std::byte*>(
+        ::operator new[](std::max<std::size_t>(bytes, 1), std::align_val_t{kAlignment})));
     b.bytes = bytes;
   }
   return b.data.get();

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <new>
 #include <span>
 
 namespace chorus::shm {
@@ -42,13 +43,24 @@ inline constexpr transport::Tag kPointToPointTagBit = transport::Tag{1} << (tran
 class Scratch {
  public:
   static constexpr unsigned kSlots = 4;
+  // Every buffer starts on a page boundary, as the user's buffers of a
+  // benchmark or a framework's tensors do. A plain new[] of a large buffer
+  // starts 16 bytes past one (malloc's header), so each 64-byte vector
+  // load of a reduce reading it straddled two cache lines and a
+  // cross-memory copy into it touched a page more: the in-place ring at p
+  // = 2 reduced 2.4x slower than out of place (docs/performance.md,
+  // twenty-first pass).
+  static constexpr std::size_t kAlignment = 4096;
   // At least `bytes` bytes, contents unspecified; valid until the next get()
   // of the same slot.
   std::byte* get(unsigned slot, std::size_t bytes);
 
  private:
+  struct AlignedDelete {
+    void operator()(std::byte* p) const { ::operator delete[](p, std::align_val_t{kAlignment}); }
+  };
   struct Buffer {
-    std::unique_ptr<std::byte[]> data;
+    std::unique_ptr<std::byte[], AlignedDelete> data;
     std::size_t bytes = 0;
   };
   Buffer buffers_[kSlots];

@@ -276,6 +276,27 @@ TEST(Algorithms, InPlaceTheirPartsTakeTurnsByCallAndSumRight) {
     }
 }
 
+TEST(Scratch, EveryBufferStartsOnAPageAndKeepsItsBytesUntilItGrows) {
+  // Algorithms reduce out of scratch and land cross-memory copies in it:
+  // a buffer that starts off a cache line makes every vector load a split
+  // one. Sizes below and above malloc's mmap threshold, a slot that grows,
+  // and one asked for less keeps its buffer.
+  Scratch scratch;
+  for (unsigned slot = 0; slot < Scratch::kSlots; ++slot)
+    for (std::size_t bytes : {std::size_t{0}, std::size_t{1}, std::size_t{100},
+                              std::size_t{256} << 10, std::size_t{4} << 20}) {
+      std::byte* b = scratch.get(slot, bytes);
+      ASSERT_NE(b, nullptr);
+      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(b) % Scratch::kAlignment, 0u)
+          << "slot " << slot << ", " << bytes << " bytes";
+      if (bytes) std::memset(b, 0x5a, bytes);  // all of it is usable
+    }
+  std::byte* kept = scratch.get(1, 4 << 20);
+  kept[4095] = std::byte{7};
+  EXPECT_EQ(scratch.get(1, 64), kept);
+  EXPECT_EQ(kept[4095], std::byte{7});
+}
+
 TEST(Collective, WaitAllEndsAtTheFirstFailureWhicheverRequestItIs) {
   // Rank 0's algorithm waits on a receive from rank 1 (healthy, never sends)
   // and one from rank 2 (which aborts): the call must fail with rank 2's
