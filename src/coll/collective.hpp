@@ -47,9 +47,9 @@ class Scratch {
   // benchmark or a framework's tensors do. A plain new[] of a large buffer
   // starts 16 bytes past one (malloc's header), so each 64-byte vector
   // load of a reduce reading it straddled two cache lines and a
-  // cross-memory copy into it touched a page more: the in-place ring at p
-  // = 2 reduced 2.4x slower than out of place (docs/performance.md,
-  // twenty-first pass).
+  // cross-memory copy into it touched a page more: the in-place ring's
+  // reduce out of its landing area took 2-3x the time of out of place's
+  // at p = 2 (docs/performance.md, twenty-first pass).
   static constexpr std::size_t kAlignment = 4096;
   // At least `bytes` bytes, contents unspecified; valid until the next get()
   // of the same slot.
@@ -57,7 +57,9 @@ class Scratch {
 
  private:
   struct AlignedDelete {
-    void operator()(std::byte* p) const { ::operator delete[](p, std::align_val_t{kAlignment}); }
+    void operator()(std::byte* p) const noexcept {
+      ::operator delete[](p, std::align_val_t{kAlignment});
+    }
   };
   struct Buffer {
     std::unique_ptr<std::byte[], AlignedDelete> data;
