@@ -55,7 +55,7 @@ bool reduce_scatter_halving_preferred(std::size_t total_bytes, int p) {
 // reduces its own input from where it is (twentieth pass) the edge is 64
 // KiB at every p (it was 8 KiB at p = 2): p = 2, auto, this build against
 // the one before (which ran two-shot past 8 KiB), 3 alternating runs, out
-// of place: 16 KiB 1.39x as fast, 32 KiB 1.17x, 64 KiB 1.02x. From 128 to
+// of place: 16 KiB 1.44x as fast, 32 KiB 1.23x, 64 KiB 1.08x. From 128 to
 // 512 KiB the two are level, either one ahead with the machine's state
 // (forced, two-shot / one-shot, medians of two series of 3 runs: 128 KiB
 // 0.95 and 1.12, 256 KiB 1.00 and 1.05, 512 KiB 0.94 and 1.06; one-shot
