@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <iterator>
 #include <vector>
@@ -618,6 +619,33 @@ std::optional<LevelSplit> hierarchical_levels(CollectiveKind kind, const CostMod
   }
   return LevelSplit{within_steps * w.alpha + within_bytes * w.beta,
                     across_steps * a.alpha + across_bytes * a.beta};
+}
+
+// The pairs a thread's blocking calls borrow: rarely more than one out at
+// a time, so a few are kept and the rest freed.
+struct SpareLayouts {
+  std::array<std::unique_ptr<VFormLayouts>, 4> kept;
+  std::size_t count = 0;
+};
+
+void VFormLayoutsRelease::operator()(VFormLayouts* layouts) const noexcept {
+  if (home == nullptr || home->count == home->kept.size()) {
+    delete layouts;
+    return;
+  }
+  home->kept[home->count++].reset(layouts);
+}
+
+VFormLayoutsPtr borrow_v_form_layouts() {
+  thread_local SpareLayouts spares;
+  if (spares.count == 0) return VFormLayoutsPtr(new VFormLayouts, VFormLayoutsRelease{&spares});
+  VFormLayoutsPtr layouts(spares.kept[--spares.count].release(), VFormLayoutsRelease{&spares});
+  for (BlockLayout* b : {&layouts->send_blocks, &layouts->recv_blocks}) b->counts.clear(), b->displs.clear();
+  return layouts;
+}
+
+VFormLayoutsPtr own_copy(const VFormLayoutsPtr& layouts) {
+  return layouts ? VFormLayoutsPtr(new VFormLayouts(*layouts)) : VFormLayoutsPtr();
 }
 
 }  // namespace chorus::coll

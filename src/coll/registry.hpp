@@ -43,6 +43,26 @@ struct VFormLayouts {
   BlockLayout send_blocks, recv_blocks;
 };
 
+// Who holds a call's VFormLayouts. A blocking call borrows a pair of its
+// thread's (kept between calls with their vectors' memory: a small v-form
+// call made five allocations without them) and gives it back when the call
+// ends, on that thread; an async call's queue entry owns a copy
+// (Impl::submit_async), since another thread may end it. No use count: a
+// shared_ptr's cost the v-forms' every call two locked instructions, 10-15%
+// of an 8-byte gatherv's time at its root.
+struct SpareLayouts;  // a thread's (registry.cpp)
+struct VFormLayoutsRelease {
+  SpareLayouts* home = nullptr;  // where borrowed layouts go back; null: owned
+  void operator()(VFormLayouts* layouts) const noexcept;
+};
+using VFormLayoutsPtr = std::unique_ptr<VFormLayouts, VFormLayoutsRelease>;
+// A pair of this thread's layouts (every vector empty), or new ones where a
+// call of this thread still holds them all (a call started from another's
+// progress or completion callback).
+VFormLayoutsPtr borrow_v_form_layouts();
+// An owned copy of `layouts`, or null.
+VFormLayoutsPtr own_copy(const VFormLayoutsPtr& layouts);
+
 // One call's buffers and arguments as the algorithms read them, checked by
 // the communicator before anything is sent (see core/arguments.hpp for what
 // `count` and the layouts mean per collective).
@@ -53,7 +73,7 @@ struct Operands {
   DataType type = DataType::float32;
   ReduceOp op = ReduceOp::sum;
   int root = -1;
-  std::shared_ptr<const VFormLayouts> layouts;  // null but for the v-forms (at their root)
+  VFormLayoutsPtr layouts;  // null but for the v-forms (at their root)
   // Empty where `layouts` is null (a gather's or scatter's other ranks).
   const BlockLayout& send_blocks() const { return (layouts ? *layouts : no_layouts()).send_blocks; }
   const BlockLayout& recv_blocks() const { return (layouts ? *layouts : no_layouts()).recv_blocks; }

@@ -144,24 +144,11 @@ void check_arguments(coll::CollectiveKind kind, const CallArgs& a, int me, int p
                             "means {} == {} + the root's displacement)",
                             own_name, whole_name, own_name, whole_name));
   };
-  // The v-forms' layouts, made only for them: this thread's last ones
-  // again when its call is over (their vectors' memory with them: a small
-  // v-form call made five allocations for them), else new. Only this
-  // thread ever holds them: an async call's queue entry takes a copy of
-  // its own (Impl::submit_async), so a use count of 1 means the last call
-  // is done with them.
-  std::shared_ptr<coll::VFormLayouts> v_forms;
+  // The v-forms' layouts, made only for them (borrowed from this thread's:
+  // coll::VFormLayoutsPtr).
+  coll::VFormLayoutsPtr v_forms;
   auto layouts = [&]() -> coll::VFormLayouts& {
-    if (!v_forms) {
-      thread_local std::shared_ptr<coll::VFormLayouts> spare;
-      if (spare && spare.use_count() == 1) {
-        for (BlockLayout* b : {&spare->send_blocks, &spare->recv_blocks})
-          b->counts.clear(), b->displs.clear();
-      } else {
-        spare = std::make_shared<coll::VFormLayouts>();
-      }
-      v_forms = spare;
-    }
+    if (!v_forms) v_forms = coll::borrow_v_form_layouts();
     return *v_forms;
   };
   const auto* send_bytes = static_cast<const std::byte*>(a.send);

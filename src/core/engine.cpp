@@ -585,10 +585,9 @@ Work Communicator::Impl::submit_async(core::Call call) {
     state->deferred_since = now;
     state->deferred.store(true, std::memory_order_relaxed);
   }
-  // The v-forms' layouts of its own: the calling thread reuses its
-  // (core::check_arguments), and another thread runs this one.
-  if (call.operands.layouts)
-    call.operands.layouts = std::make_shared<coll::VFormLayouts>(*call.operands.layouts);
+  // The v-forms' layouts of its own (another thread may end this call): the
+  // calling thread's borrowed ones go back to it now (coll::VFormLayoutsPtr).
+  call.operands.layouts = coll::own_copy(call.operands.layouts);
   {
     std::lock_guard queue_lock(queue_mutex);
     start_worker();

@@ -438,5 +438,40 @@ TEST(Registry, PerCollectiveNamesInOptionsReachTheCall) {
       << bad[0].message;
 }
 
+// A blocking v-form call borrows its thread's layouts and gives them back
+// with their vectors' memory (coll::VFormLayoutsPtr): the next borrow gets
+// the same pair, emptied; a borrow while another is out gets a pair of its
+// own; an owned copy is independent of the pair it copies.
+TEST(Registry, VFormLayoutsAreBorrowedFromTheThreadAndComeBackEmpty) {
+  const coll::VFormLayouts* first_address = nullptr;
+  {
+    coll::VFormLayoutsPtr first = coll::borrow_v_form_layouts();
+    first->recv_blocks.counts.assign(1000, 7);
+    first->send_blocks.displs.assign(10, 3);
+    first_address = first.get();
+    coll::VFormLayoutsPtr nested = coll::borrow_v_form_layouts();
+    EXPECT_NE(nested.get(), first.get());
+    EXPECT_TRUE(nested->recv_blocks.counts.empty());
+
+    const coll::VFormLayoutsPtr copy = coll::own_copy(first);
+    ASSERT_NE(copy, nullptr);
+    EXPECT_NE(copy.get(), first.get());
+    EXPECT_EQ(copy->recv_blocks.counts, std::vector<std::size_t>(1000, 7));
+    first->recv_blocks.counts[0] = 8;
+    EXPECT_EQ(copy->recv_blocks.counts[0], 7u);
+    EXPECT_EQ(coll::own_copy(coll::VFormLayoutsPtr()), nullptr);
+  }
+  // Both came back; the last one returned is lent first, so take both.
+  coll::VFormLayoutsPtr a = coll::borrow_v_form_layouts(), b = coll::borrow_v_form_layouts();
+  const coll::VFormLayouts* reused = a.get() == first_address ? a.get() : b.get();
+  ASSERT_EQ(reused, first_address) << "the first pair was not kept for the thread";
+  for (const coll::VFormLayouts* l : {a.get(), b.get()})
+    for (const coll::BlockLayout* blocks : {&l->send_blocks, &l->recv_blocks}) {
+      EXPECT_TRUE(blocks->counts.empty());
+      EXPECT_TRUE(blocks->displs.empty());
+    }
+  EXPECT_GE(reused->recv_blocks.counts.capacity(), 1000u) << "its memory went with it";
+}
+
 }  // namespace
 }  // namespace chorus
