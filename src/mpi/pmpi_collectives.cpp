@@ -634,7 +634,8 @@ int scatter(Collective which, const void* sendbuf, int sendcount, const int* cou
   });
 }
 
-// A barrier moves no bytes: it goes to Chorus only with CHORUS_MPI_MIN_BYTES=0.
+// A barrier moves no bytes: it goes to Chorus by default (kEverySize), and
+// with CHORUS_MPI_MIN_BYTES set only when it is 0.
 int barrier(MPI_Comm comm, MPI_Request* request) {
   auto& it = interposer();
   Taken taken;

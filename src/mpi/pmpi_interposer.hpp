@@ -28,18 +28,18 @@ using chorus::DataType;
 using chorus::ReduceOp;
 
 // Below this many bytes Open MPI's shared-memory path is as fast or faster
-// on one host even against Chorus's host segment: through this library at
-// p = 2, 8 B, the rooted calls (MPI_Bcast, MPI_Reduce, MPI_Gather,
-// MPI_Scatter and their v-forms) run at 0.49-0.97x of Open MPI's own time;
-// MPI_Iallgather, _Ialltoall and _Ibarrier at 0.90-0.98x at p = 2,
-// MPI_Ibcast at 0.68x at p = 4, and MPI_Ireduce's runs dip to 0.76x. From
-// 1 KiB every collective is faster on Chorus (docs/mpi.md has the
+// on one host even against Chorus's host segment, for the calls not in
+// kEverySize: through this library at p = 2, 8 B, MPI_Reduce, MPI_Gather
+// and MPI_Scatter run at 0.87-0.93x of Open MPI's own time (medians),
+// MPI_Bcast at 0.78-1.02x from one series to the next, MPI_Iallgather and
+// MPI_Ialltoall at 0.93-0.99x, MPI_Ibcast at 0.96x at p = 4
+// (docs/performance.md "Twenty-second pass").
+// From 1 KiB every collective is faster on Chorus (docs/mpi.md has the
 // measurements), the nonblocking ones too, since their MPI_Wait runs the
 // call itself: 1.25-2.33x of Open MPI's own at p = 2 and 1.52-4.0x at p = 4
-// on 2 cores (but MPI_Ibarrier at p = 2, 0.95x; docs/performance.md
-// "Fifteenth pass"). 8-bit integer sums go to Chorus
-// at every size (connect() in pmpi_interposer.cpp), and so do the
-// collectives of kEverySize.
+// on 2 cores ("Fifteenth pass"). 8-bit integer sums go to Chorus at every
+// size (connect() in pmpi_interposer.cpp), and so do the collectives of
+// kEverySize and the v-forms whose sizes not every rank knows.
 inline constexpr std::size_t kDefaultMinBytes = 1024;
 
 // Every wrapped collective, for the counts CHORUS_MPI_VERBOSE prints.
@@ -75,11 +75,16 @@ enum Collective {
 // 1.95x (docs/performance.md "Fourteenth pass"); MPI_Iallreduce and
 // MPI_Ireduce_scatter_block of 8 and 128 B at 1.40-1.66x and 1.78-2.43x
 // (medians; "Fifteenth pass"); MPI_Ireduce of 8 B-1 KiB at 1.14-2.27x at
-// p = 2 and 3.8-21x at p = 4, every run at least 1.13x ("Sixteenth pass").
+// p = 2 and 3.8-21x at p = 4, every run at least 1.13x ("Sixteenth pass");
+// MPI_Barrier at 1.27-1.44x at p = 2 and 1.36-1.96x at p = 3, 4 and 8,
+// MPI_Ibarrier level with Open MPI at p = 2 (1.01-1.05x, runs 0.96-1.15)
+// and 1.34-1.73x at p = 3, 4 and 8 (medians; "Twenty-second pass"). A
+// barrier moves no bytes, so it is below any threshold: without a place
+// here it went to Chorus only with CHORUS_MPI_MIN_BYTES=0.
 // CHORUS_MPI_MIN_BYTES, when set, applies to them too.
 inline constexpr Collective kEverySize[] = {
-    kAllreduce,          kIallreduce,          kIreduce,      kAllgather, kAlltoall,
-    kReduceScatterBlock, kIreduceScatterBlock, kReduceScatter};
+    kAllreduce,          kIallreduce,          kIreduce,       kAllgather, kAlltoall,
+    kReduceScatterBlock, kIreduceScatterBlock, kReduceScatter, kBarrier,   kIbarrier};
 inline constexpr const char* kCollectiveNames[kCollectiveCount] = {
     "MPI_Allreduce",  "MPI_Iallreduce",           "MPI_Bcast",
     "MPI_Ibcast",     "MPI_Reduce",               "MPI_Ireduce",

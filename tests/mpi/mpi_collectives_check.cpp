@@ -1229,6 +1229,9 @@ int main(int argc, char** argv) {
     check_nonblocking(MPI_COMM_WORLD, 1000, false);
     check_progress_inside_wait(MPI_COMM_WORLD, 1000);
     check_rooted(MPI_COMM_WORLD, 1000, true);
+    // Below the default threshold (MPI's by default), and a barrier (Chorus's).
+    check_bcast<int>(MPI_COMM_WORLD, MPI_INT, "MPI_INT", 2);
+    if (MPI_Barrier(MPI_COMM_WORLD) != MPI_SUCCESS) fail("MPI_Barrier: returned an error");
   } else {
     run_full_sweep(world_rank, world_size);
   }
