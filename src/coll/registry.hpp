@@ -48,8 +48,9 @@ struct VFormLayouts {
 // call made five allocations without them) and gives it back when the call
 // ends, on that thread; an async call's queue entry owns a copy
 // (Impl::submit_async), since another thread may end it. No use count: a
-// shared_ptr's cost the v-forms' every call two locked instructions, 10-15%
-// of an 8-byte gatherv's time at its root.
+// shared_ptr's cost every v-form call two locked instructions, about a tenth
+// of an 8-byte MPI_Gatherv root's samples (docs/performance.md
+// "Twenty-second pass").
 struct SpareLayouts;  // a thread's (registry.cpp)
 struct VFormLayoutsRelease {
   SpareLayouts* home = nullptr;  // where borrowed layouts go back; null: owned
