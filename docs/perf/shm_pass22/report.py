@@ -72,3 +72,17 @@ if large:
             print(f"| {size >> 20} MiB | {oop:.0f} | {ip:.0f} | {float(r['mpi_time_us']):.0f} | "
                   f"{float(r['mpi_ip_time_us']):.0f} | {best / oop:.2f} | {best / ip:.2f} |")
         print(f"| {size >> 20} MiB, median (range) | | | | | {cell(ratios[0])} | {cell(ratios[1])} |")
+
+if os.path.exists(f'{here}/first_barrier.csv'):
+    rows = collections.defaultdict(list)
+    for line in open(f'{here}/first_barrier.csv'):
+        who, p, barrier, probe = line.strip().split(',')
+        rows[(int(p), who)].append((float(barrier), float(probe)))
+    print('\nStep 6: a program\'s first MPI_Barrier (the communicator\'s creation), ms, median (range)')
+    print('| p | first barrier, before | first barrier, after | probe, before | probe, after |')
+    print('| --- | --- | --- | --- | --- |')
+    for p in sorted({p for p, _ in rows}):
+        b, a = rows[(p, 'before')], rows[(p, 'after')]
+        span = lambda xs: f"{statistics.median(xs):.1f} ({min(xs):.1f}-{max(xs):.1f})"
+        print(f"| {p} | {span([x[0] for x in b])} | {span([x[0] for x in a])} | "
+              f"{span([x[1] for x in b])} | {span([x[1] for x in a])} |")

@@ -10,7 +10,7 @@
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 here=docs/perf/shm_pass22
 out=${OUT:-$here}; LIB=$PWD/build/src
-STEPS=${STEPS:-12345}
+STEPS=${STEPS:-123456}
 mkdir -p "$out"
 mpicxx -O2 -o /tmp/call_loops docs/perf/shm_pass15/call_loops.cpp
 
@@ -89,4 +89,26 @@ if [[ $STEPS == *5* ]]; then
     mpirun -np 2 build/bin/allreduce_perf -b 16M -e 64M -f 4 -n 6 -w 3 --rounds 5 --mpi -X ucx \
       -c 0 --csv $out/large/allreduce_$rep.csv >/dev/null 2>&1
   done
+fi
+
+# 6. What a communicator's creation costs: a program whose first MPI call
+#    after MPI_Init is MPI_Barrier (first_barrier.c), the library of the
+#    commit before the probe's buffers were populated (BEFORE_PROBE: a
+#    library directory of 1350608) and this build alternating, p = 2 and 4,
+#    5 runs; each line: who, p, the first barrier's ms, the probe's ms.
+if [[ $STEPS == *6* ]]; then
+  : "${BEFORE_PROBE:?BEFORE_PROBE must name the library directory of a build of 1350608}"
+  mpicc -O2 -o /tmp/first_barrier $here/first_barrier.c
+  for p in 2 4; do
+    for rep in 1 2 3 4 5; do
+      for which in before after; do
+        dir=$LIB; [ $which = before ] && dir=$BEFORE_PROBE
+        mpirun -np $p --oversubscribe -x LD_LIBRARY_PATH=$dir -x LD_PRELOAD=$dir/libchorus_pmpi.so \
+          -x CHORUS_DEBUG=INFO /tmp/first_barrier 2>&1 |
+          awk -v who=$which -v p=$p '/first barrier/ {b = $3} /rank 0 of .*probe, [0-9]+ ms/ {
+               match($0, /probe, [0-9]+ ms/); m = substr($0, RSTART + 7, RLENGTH - 10) }
+               END {print who "," p "," b "," m}'
+      done
+    done
+  done > $out/first_barrier.csv
 fi
