@@ -2,8 +2,8 @@
 //
 // In a virtual machine a first touch can cost far more than the page's
 // zeroing: here about 13 us a 4 KiB page (a zero-filled std::vector of
-// 6 MiB took 18 ms), against under a microsecond a page when the kernel
-// maps a range in one call. The cost model's probe touched 9 MiB so at
+// 6 MiB took 16-18 ms), and about half that when the kernel maps the range
+// in one call first (8.4 ms). The cost model's probe touched 9 MiB so at
 // every communicator's creation (docs/performance.md "Twenty-second pass").
 #pragma once
 
