@@ -1,6 +1,7 @@
 // Fourteenth and fifteenth passes (docs/performance.md; the fifteenth
 // added the rooted gather and scatter as kinds 14-17, which the
-// fourteenth's run.sh leaves out): loops of one MPI call after another,
+// fourteenth's run.sh leaves out, and the twenty-second MPI_Allgatherv as
+// kind 18): loops of one MPI call after another,
 // each kind in turn, as a plain MPI program (each pass's run.sh builds and
 // runs it). Nonblocking calls are waited at once. Each kind runs 3
 // rounds of N calls between barriers; the figure is the slowest rank's mean
@@ -35,10 +36,10 @@ int main(int argc, char** argv) {
                          "MPI_Allreduce", "MPI_Allgather", "MPI_Alltoall",
                          "MPI_Reduce_scatter_block", "MPI_Barrier", "MPI_Ibarrier",
                          "MPI_Ialltoall", "MPI_Ireduce_scatter_block", "MPI_Gather",
-                         "MPI_Scatter", "MPI_Gatherv", "MPI_Scatterv"};
+                         "MPI_Scatter", "MPI_Gatherv", "MPI_Scatterv", "MPI_Allgatherv"};
   std::vector<int> counts(p, ints), displs(p);
   for (int j = 0; j < p; ++j) displs[j] = j * ints;
-  for (int kind = 0; kind < 18; ++kind) {
+  for (int kind = 0; kind < 19; ++kind) {
     if (!kinds.empty() && kinds.find("," + std::to_string(kind) + ",") == std::string::npos) continue;
     double best = 1e30;
     for (int round = 0; round < 3; ++round) {
@@ -68,6 +69,9 @@ int main(int argc, char** argv) {
             break;
           case 17:
             MPI_Scatterv(s, counts.data(), displs.data(), MPI_INT, r, ints, MPI_INT, 0, MPI_COMM_WORLD);
+            break;
+          case 18:
+            MPI_Allgatherv(s, ints, MPI_INT, r, counts.data(), displs.data(), MPI_INT, MPI_COMM_WORLD);
             break;
         }
         if (q != MPI_REQUEST_NULL) MPI_Wait(&q, MPI_STATUS_IGNORE);

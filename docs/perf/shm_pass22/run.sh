@@ -10,7 +10,7 @@
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 here=docs/perf/shm_pass22
 out=${OUT:-$here}; LIB=$PWD/build/src
-STEPS=${STEPS:-123456}
+STEPS=${STEPS:-1234567}
 mkdir -p "$out"
 mpicxx -O2 -o /tmp/call_loops docs/perf/shm_pass15/call_loops.cpp
 
@@ -111,4 +111,19 @@ if [[ $STEPS == *6* ]]; then
       done
     done
   done > $out/first_barrier.csv
+fi
+
+# 7. MPI_Allgatherv beside MPI_Allgather (call_loops kinds 7 and 18) at
+#    p = 2 and 4, 8, 128 and 512 B, with CHORUS_MPI_MIN_BYTES=0 against Open
+#    MPI alone, alternating, 5 runs.
+if [[ $STEPS == *7* ]]; then
+  for p in 2 4; do
+    n=30000; [ $p = 4 ] && n=5000
+    for ints in 2 32 128; do
+      for rep in 1 2 3 4 5; do
+        launch ompi ompi $p $n $ints 7,18
+        launch chorus $LIB $p $n $ints 7,18
+      done > $out/allgatherv_p${p}_$((ints * 4))B.csv
+    done
+  done
 fi
