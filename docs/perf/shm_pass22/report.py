@@ -50,6 +50,8 @@ if os.path.exists(f'{here}/vforms.csv'):
     table(f'{here}/vforms.csv', ['before', 'after'], 'Step 1: the v-forms, p = 2, a946461 and db4d176')
 for path in sorted(glob.glob(f'{here}/barriers_p*.csv')):
     table(path, ['chorus'], 'Step 2: barriers and broadcasts')
+for path in sorted(glob.glob(f'{here}/allgatherv_dense_*.csv')):
+    table(path, ['before', 'after'], 'The dense MPI_Allgatherv path (b4d2706), p = 2, the build before and after')
 for path in sorted(glob.glob(f'{here}/allgatherv_p*.csv')):
     table(path, ['chorus'], 'Step 7: MPI_Allgatherv beside MPI_Allgather')
 if os.path.exists(f'{here}/every_call_8B.csv'):

@@ -115,7 +115,8 @@ fi
 
 # 7. MPI_Allgatherv beside MPI_Allgather (call_loops kinds 7 and 18) at
 #    p = 2 and 4, 8, 128 and 512 B, with CHORUS_MPI_MIN_BYTES=0 against Open
-#    MPI alone, alternating, 5 runs.
+#    MPI alone, alternating, 5 runs. (allgatherv_dense_*.csv: the same at
+#    p = 2, 8 and 128 B, with the build before b4d2706 in turn.)
 if [[ $STEPS == *7* ]]; then
   for p in 2 4; do
     n=30000; [ $p = 4 ] && n=5000
