@@ -8,7 +8,14 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <thread>
 #include <vector>
 
 namespace chorus {
@@ -66,6 +73,50 @@ TEST_F(UcxProtocol, GuessedCrossMemoryAttachAcksEndNoSend) {
   ASSERT_EQ(receive->state(), transport::Request::State::complete);
   EXPECT_EQ(send->state(), transport::Request::State::complete);
   EXPECT_EQ(in, out);
+}
+
+// UCX lists the network interfaces at ucp_init() and opens them at
+// ucp_worker_create(): an interface removed in between failed the worker
+// with "No such device" (a lab test's bridge going away made a concurrent
+// test's rank fail so in CI). A bridge with an address is added and
+// removed in a loop meanwhile; every transport must still come up. It
+// changes the host's interfaces, so it runs only where asked
+// (CHORUS_TEST_NETWORK_CHURN=1: ctest's transport.ucx_interface_churn,
+// alone, as root).
+TEST(UcxCreation, SurvivesAnInterfaceVanishingMeanwhile) {
+  if (std::getenv("CHORUS_TEST_NETWORK_CHURN") == nullptr)
+    GTEST_SKIP() << "changes the host's network interfaces: ctest runs it alone";
+  if (::geteuid() != 0 || std::system("ip link show lo >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "needs root and ip(8)";
+  const std::string bridge = "chorus-churn";
+  const std::string add = "ip link add " + bridge + " type bridge 2>/dev/null && ip addr add "
+                          "10.254.253.1/24 dev " + bridge + " 2>/dev/null && ip link set " +
+                          bridge + " up 2>/dev/null";
+  const std::string remove = "ip link del " + bridge + " 2>/dev/null";
+  std::atomic<bool> stop{false};
+  std::thread churn([&] {
+    for (unsigned i = 0; !stop.load(); ++i) {
+      [[maybe_unused]] int rc = std::system(add.c_str());
+      std::this_thread::sleep_for(std::chrono::milliseconds(i % 9));
+      rc = std::system(remove.c_str());
+    }
+  });
+  int made = 0;
+  std::string failure;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < end && failure.empty()) {
+    try {
+      UcxTransport t(0, 1);
+      ++made;
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  }
+  stop.store(true);
+  churn.join();
+  [[maybe_unused]] int rc = std::system(remove.c_str());
+  EXPECT_EQ(failure, "") << "after " << made << " transports";
+  EXPECT_GE(made, 20);
 }
 
 }  // namespace

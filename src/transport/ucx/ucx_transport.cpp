@@ -127,22 +127,39 @@ UcxTransport::UcxTransport(int rank, int size)
   default_env("UCX_KEEPALIVE_INTERVAL", "250ms");
   default_env("UCX_POSIX_ERROR_HANDLING", "y");
   default_env("UCX_SYSV_ERROR_HANDLING", "y");
-  ucp_config_t* config = nullptr;
-  ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
-  if (st != UCS_OK) throw ucx_error("config", st);
-  ucp_params_t params{};
-  params.field_mask = UCP_PARAM_FIELD_FEATURES;
-  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
-  st = ucp_init(&params, config, &s.context);
-  ucp_config_release(config);
-  if (st != UCS_OK) throw ucx_error("init", st);
-  ucp_worker_params_t wp{};
-  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  wp.thread_mode = UCS_THREAD_MODE_SINGLE;
-  st = ucp_worker_create(s.context, &wp, &s.worker);
-  if (st != UCS_OK) {
-    ucp_cleanup(s.context);
-    throw ucx_error("worker", st);
+  // UCX lists the host's network interfaces at ucp_init() and opens them in
+  // ucp_worker_create(): one that goes away in between (a container's or a
+  // test lab's bridge being removed) fails the worker with "No such device",
+  // or "Input/output error" when it goes while being opened. A few tries,
+  // each listing the interfaces again.
+  constexpr int kTries = 5;
+  const auto interface_vanished = [](ucs_status_t status) {
+    return status == UCS_ERR_NO_DEVICE || status == UCS_ERR_IO_ERROR;
+  };
+  ucs_status_t st = UCS_OK;
+  for (int attempt = 1;; ++attempt) {
+    ucp_config_t* config = nullptr;
+    st = ucp_config_read(nullptr, nullptr, &config);
+    if (st != UCS_OK) throw ucx_error("config", st);
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES;
+    params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+    st = ucp_init(&params, config, &s.context);
+    ucp_config_release(config);
+    const char* step = "init";
+    if (st == UCS_OK) {
+      ucp_worker_params_t wp{};
+      wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+      wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+      st = ucp_worker_create(s.context, &wp, &s.worker);
+      if (st == UCS_OK) break;
+      ucp_cleanup(s.context);
+      step = "worker";
+    }
+    if (!interface_vanished(st) || attempt == kTries) throw ucx_error(step, st);
+    log::warn("ucx: {} failed ({}); listing the devices again (try {} of {})", step,
+              ucs_status_string(st), attempt + 1, kTries);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20 * attempt));
   }
   st = ucp_worker_get_efd(s.worker, &s.event_fd);
   if (st != UCS_OK) {
