@@ -27,6 +27,21 @@ launch() {  # name dir p N INTS KINDS
   fi | sed "s/^/$name,/"
 }
 
+# KINDS at p = 2 and 4, 8, 128 and 512 B, Open MPI alone and this build
+# alternating, 5 runs; into $out/NAME_p<p>_<bytes>B.csv.
+by_size() {  # KINDS NAME
+  local p ints rep n
+  for p in 2 4; do
+    n=30000; [ $p = 4 ] && n=5000
+    for ints in 2 32 128; do
+      for rep in 1 2 3 4 5; do
+        launch ompi ompi $p $n $ints $1
+        launch chorus $LIB $p $n $ints $1
+      done > $out/$2_p${p}_$((ints * 4))B.csv
+    done
+  done
+}
+
 # 1. The v-forms' roots before and after db4d176 (their layouts without a
 #    use count): MPI_Gatherv and MPI_Scatterv of 8 B at p = 2, Open MPI
 #    alone, a946461 and this build alternating, 7 runs.
@@ -42,15 +57,7 @@ fi
 # 2. The barriers and broadcasts at p = 2 and 4, 8, 128 and 512 B, with
 #    CHORUS_MPI_MIN_BYTES=0 against Open MPI alone, alternating, 5 runs.
 if [[ $STEPS == *2* ]]; then
-  for p in 2 4; do
-    n=30000; [ $p = 4 ] && n=5000
-    for ints in 2 32 128; do
-      for rep in 1 2 3 4 5; do
-        launch ompi ompi $p $n $ints 0,4,10,11
-        launch chorus $LIB $p $n $ints 0,4,10,11
-      done > $out/barriers_p${p}_$((ints * 4))B.csv
-    done
-  done
+  by_size 0,4,10,11 barriers
   # ... and the barriers at p = 3 and 8, 3 runs.
   for p in 3 8; do
     for rep in 1 2 3; do
@@ -118,13 +125,5 @@ fi
 #    MPI alone, alternating, 5 runs. (allgatherv_dense_*.csv: the same at
 #    p = 2, 8 and 128 B, with the build before b4d2706 in turn.)
 if [[ $STEPS == *7* ]]; then
-  for p in 2 4; do
-    n=30000; [ $p = 4 ] && n=5000
-    for ints in 2 32 128; do
-      for rep in 1 2 3 4 5; do
-        launch ompi ompi $p $n $ints 7,18
-        launch chorus $LIB $p $n $ints 7,18
-      done > $out/allgatherv_p${p}_$((ints * 4))B.csv
-    done
-  done
+  by_size 7,18 allgatherv
 fi
