@@ -93,6 +93,7 @@ TEST(UcxCreation, SurvivesAnInterfaceVanishingMeanwhile) {
                           "10.254.253.1/24 dev " + bridge + " 2>/dev/null && ip link set " +
                           bridge + " up 2>/dev/null";
   const std::string remove = "ip link del " + bridge + " 2>/dev/null";
+  [[maybe_unused]] int leftover = std::system(remove.c_str());  // a killed run's
   std::atomic<bool> stop{false};
   std::thread churn([&] {
     for (unsigned i = 0; !stop.load(); ++i) {
