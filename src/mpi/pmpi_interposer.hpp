@@ -32,8 +32,9 @@ using chorus::ReduceOp;
 // kEverySize: through this library at p = 2, 8 B, MPI_Reduce, MPI_Gather
 // and MPI_Scatter run at 0.87-0.93x of Open MPI's own time (medians),
 // MPI_Bcast at 0.78-1.02x from one series to the next, MPI_Iallgather and
-// MPI_Ialltoall at 0.93-0.99x, MPI_Ibcast at 0.96x at p = 4
-// (docs/performance.md "Twenty-second pass").
+// MPI_Ialltoall at 0.93-0.99x, MPI_Allgatherv at 0.96-1.03x (128 B
+// 0.87-1.11x), MPI_Ibcast at 0.96x at p = 4 (docs/performance.md
+// "Twenty-second pass").
 // From 1 KiB every collective is faster on Chorus (docs/mpi.md has the
 // measurements), the nonblocking ones too, since their MPI_Wait runs the
 // call itself: 1.25-2.33x of Open MPI's own at p = 2 and 1.52-4.0x at p = 4
