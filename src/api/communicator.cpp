@@ -26,17 +26,16 @@ bool Work::test() const {
 // A deferred call (CallOptions::deferred) that is tested, or waited for
 // otherwise than by wait_progressing(), starts at once on the worker.
 void Work::expedite() const {
-  if (state_->deferred.load(std::memory_order_relaxed))
-    if (const auto access = state_->queue_access.lock()) access->expedite(state_.get());
+  if (state_->deferred.load(std::memory_order_relaxed) && state_->queue_access)
+    state_->queue_access->expedite(state_.get());
 }
 
 bool Work::wait(std::chrono::duration<double> timeout) {
   if (!state_) return true;
   // A call next in the queue runs here, on the waiting thread, rather than
   // be handed to the worker and back (which the waiting would only watch).
-  if (!state_->done.load(std::memory_order_acquire))
-    if (const auto access = state_->queue_access.lock())
-      access->run_if_next(state_.get(), timeout.count());
+  if (!state_->done.load(std::memory_order_acquire) && state_->queue_access)
+    state_->queue_access->run_if_next(state_.get(), timeout.count());
   // Ended (often: this thread just ran it). Its error was set before `done`
   // and never changes after: no lock, no clock read.
   if (state_->done.load(std::memory_order_acquire)) {
@@ -54,19 +53,21 @@ bool Work::wait(std::chrono::duration<double> timeout) {
   while (!state_->done.load(std::memory_order_acquire) &&
          std::chrono::steady_clock::now() < spin_end)
     std::this_thread::yield();
-  std::unique_lock lock(state_->mutex);
+  // Sleep, in the state's stripe (Work::State::watched says why).
+  WaitingStripe& stripe = waiting_stripe(state_.get());
+  state_->watched.store(true);
+  std::unique_lock lock(stripe.mutex);
   const auto limit = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::min(timeout, std::chrono::duration<double>(std::chrono::hours(24 * 365))));
-  if (!state_->done_cv.wait_for(lock, limit, [&] { return state_->done.load(); })) return false;
+  if (!stripe.cv.wait_for(lock, limit, [&] { return state_->done.load(); })) return false;
   if (state_->error) throw *state_->error;
   return true;
 }
 
 void Work::wait_progressing(const std::function<void()>& progress) {
   if (!state_) return;
-  if (!state_->done.load(std::memory_order_acquire))
-    if (const auto access = state_->queue_access.lock())
-      access->run_if_next(state_.get(), 0, &progress);
+  if (!state_->done.load(std::memory_order_acquire) && state_->queue_access)
+    state_->queue_access->run_if_next(state_.get(), 0, &progress);
   while (!wait(kHookedSleep)) progress();
 }
 
@@ -78,15 +79,16 @@ std::optional<Error> Work::error() const {
 }
 
 int Work::source() const {
-  if (!state_) return -1;
-  std::lock_guard lock(state_->mutex);
-  return state_->done.load() && !state_->error ? state_->source : -1;
+  // Set before `done`, as the error.
+  if (!state_ || !state_->done.load(std::memory_order_acquire)) return -1;
+  return state_->error ? -1 : state_->source;
 }
 
 void Work::on_complete(std::function<void()> callback) {
   if (!callback) return;
   if (state_) {
-    std::unique_lock lock(state_->mutex);
+    state_->watched.store(true);  // before `done` is read (Work::State::watched)
+    std::unique_lock lock(waiting_stripe(state_.get()).mutex);
     if (!state_->done.load()) {
       state_->on_complete.push_back(std::move(callback));
       return;

@@ -221,15 +221,27 @@ std::optional<std::pair<coll::CostModel, std::string>> model_every_rank_has(
 
 }  // namespace
 
+WaitingStripe& waiting_stripe(const Work::State* state) {
+  // Never destroyed: a communicator that is itself a static may end its
+  // calls after this file's statics are gone.
+  constexpr std::size_t kStripes = 16;
+  static WaitingStripe* const stripes = new WaitingStripe[kStripes];
+  return stripes[(reinterpret_cast<std::uintptr_t>(state) >> 6) % kStripes];
+}
+
 void Work::State::finish(std::optional<Error> e) {
+  error = std::move(e);
+  // Sequentially consistent, as the watchers' store of `watched` and their
+  // load of `done`: either this sees `watched`, or they see `done`.
+  done.store(true);
+  if (!watched.load()) return;
   std::vector<std::function<void()>> callbacks;
+  WaitingStripe& stripe = waiting_stripe(this);
   {
-    std::lock_guard lock(mutex);
-    error = std::move(e);
-    done.store(true, std::memory_order_release);
+    std::lock_guard lock(stripe.mutex);
     callbacks.swap(on_complete);
   }
-  done_cv.notify_all();
+  stripe.cv.notify_all();
   for (auto& callback : callbacks) callback();
 }
 
@@ -592,7 +604,7 @@ Work Communicator::Impl::submit_async(core::Call call) {
     std::lock_guard queue_lock(queue_mutex);
     start_worker();
     queue.emplace_back(std::move(call), state);
-    queued.store(queue.size());
+    queued.store(queue.size(), std::memory_order_release);
     if (deferred) last_deferred = now;
     ++submitted;
     // A worker that looks at the deferred calls anyway need not be woken,
@@ -679,10 +691,13 @@ bool Communicator::Impl::run_queued_next(const Work::State* target, double wait_
 }
 
 void Communicator::Impl::run_front(std::unique_lock<std::mutex>& lock) {
-  worker_busy = true;  // before `queued` drops: submit() reads the two without the lock
+  // Set before `queued` drops (released by its store): submit() reads the
+  // two without the lock. Stores without a locked instruction, as in
+  // submit_async(): the mutex orders them for the rest.
+  worker_busy.store(true, std::memory_order_relaxed);
   auto [call, state] = std::move(queue.front());
   queue.pop_front();
-  queued.store(queue.size());
+  queued.store(queue.size(), std::memory_order_release);
   lock.unlock();
   std::optional<Error> error;
   try {
@@ -694,7 +709,7 @@ void Communicator::Impl::run_front(std::unique_lock<std::mutex>& lock) {
   }
   state->finish(std::move(error));
   lock.lock();
-  worker_busy = false;
+  worker_busy.store(false, std::memory_order_release);
 }
 
 std::chrono::duration<double> Communicator::Impl::time_since(std::uint64_t ticks) const {

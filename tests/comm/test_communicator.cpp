@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
@@ -18,6 +19,7 @@
 #include <functional>
 #include <map>
 #include <numeric>
+#include <random>
 #include <thread>
 
 namespace chorus {
@@ -325,6 +327,50 @@ TEST(Communicator, AWaitWithProgressRunsTheCallHereAndProgressesWhileItWaits) {
     }
     if (!ran_here) throw std::runtime_error("the call ran on another thread than the waiting one, 3 times");
   }));
+}
+
+// Work::State has no mutex of its own: sleepers and callbacks wait in one
+// of a few stripes that states share by address (core/engine.hpp). 64
+// states, each with a thread asleep in wait() and a thread leaving a
+// callback while a third ends them in a shuffled order, some with an
+// error: every wait returns once its own state ends (with its error), every
+// callback runs exactly once, and one left after the end runs at once.
+TEST(Work, StatesSharingTheirWaitingStripesEachWakeTheirOwnWaitersAndCallbacksOnce) {
+  constexpr int kStates = 64;
+  std::vector<std::shared_ptr<Work::State>> states;
+  for (int i = 0; i < kStates; ++i) states.push_back(std::make_shared<Work::State>());
+  std::vector<std::atomic<int>> callbacks(kStates);
+  std::vector<int> outcomes(kStates, -1);  // 1: ended well, 0: threw, 2: timed out
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kStates; ++i) {
+    threads.emplace_back([&, i] {
+      Work work(states[i]);
+      try {
+        outcomes[i] = work.wait(20s) ? 1 : 2;
+      } catch (const Error&) {
+        outcomes[i] = 0;
+      }
+    });
+    threads.emplace_back([&, i] { Work(states[i]).on_complete([&, i] { callbacks[i].fetch_add(1); }); });
+  }
+  std::vector<int> order(kStates);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), std::mt19937(7));
+  std::this_thread::sleep_for(50ms);  // most waiters asleep by now (the others race the ends)
+  for (const int i : order) {
+    std::optional<Error> error;
+    if (i % 3 == 0) error = Error(ErrorCode::internal, "state " + std::to_string(i));
+    states[i]->finish(error);
+    std::this_thread::sleep_for(100us);
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kStates; ++i) {
+    EXPECT_EQ(outcomes[i], i % 3 == 0 ? 0 : 1) << "state " << i;
+    EXPECT_EQ(callbacks[i].load(), 1) << "state " << i;
+    int late = 0;
+    Work(states[i]).on_complete([&] { ++late; });
+    EXPECT_EQ(late, 1) << "state " << i;
+  }
 }
 
 // CallOptions::deferred: the worker is not woken for the call, but it
