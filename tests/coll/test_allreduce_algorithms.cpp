@@ -14,10 +14,15 @@
 #include "coll/tree.hpp"
 #include "reduce/float16.hpp"
 #include "reduce/reduce.hpp"
+#include "common/pages.hpp"
 #include "local_transports.hpp"
+#include "../resident_pages.hpp"
 #include "transport/local/local_transport.hpp"
 
 #include <gtest/gtest.h>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
@@ -295,6 +300,23 @@ TEST(Scratch, EveryBufferStartsOnAPageAndKeepsItsBytesUntilItGrows) {
   kept[4095] = std::byte{7};
   EXPECT_EQ(scratch.get(1, 64), kept);
   EXPECT_EQ(kept[4095], std::byte{7});
+}
+
+TEST(Scratch, ANewBufferIsMappedBeforeItsFirstTouch) {
+  // Its pages mapped in one call (common/pages.hpp), not one fault at a
+  // time inside the first call that uses it: 8 MiB, a fresh mapping of its
+  // own (above malloc's mmap threshold).
+  constexpr std::size_t kBytes = 8 << 20;
+  Scratch scratch;
+  std::byte* b = scratch.get(0, kBytes);
+  const std::size_t resident = testing::resident_pages(b, kBytes);
+  const auto pages = kBytes / static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  void* probe = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(probe, MAP_FAILED);
+  const bool kernel_populates = populate_pages(probe, 4096);
+  ::munmap(probe, 4096);
+  if (!kernel_populates) GTEST_SKIP() << "this kernel has no MADV_POPULATE_WRITE (Linux 5.14)";
+  EXPECT_EQ(resident, pages);
 }
 
 TEST(Collective, WaitAllEndsAtTheFirstFailureWhicheverRequestItIs) {

@@ -2,6 +2,7 @@
 // range is mapped before anything touches it, and fill_populated() leaves
 // what a plain fill would.
 #include "common/pages.hpp"
+#include "../resident_pages.hpp"
 
 #include <gtest/gtest.h>
 
@@ -14,18 +15,7 @@
 namespace chorus {
 namespace {
 
-// How many of the pages of [map, map + bytes) are mapped (mincore(2):
-// resident; an anonymous page is once it has been touched or populated).
-// Asked without touching them, so that a sanitizer's shadow memory, which
-// its interceptors fault in on every write, does not count.
-std::size_t resident_pages(void* map, std::size_t bytes) {
-  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-  std::vector<unsigned char> in_core((bytes + page - 1) / page);
-  if (::mincore(map, bytes, in_core.data()) != 0) ADD_FAILURE() << "mincore failed";
-  std::size_t resident = 0;
-  for (unsigned char c : in_core) resident += c & 1;
-  return resident;
-}
+using testing::resident_pages;
 
 TEST(Pages, APopulatedRangeIsMappedBeforeItsFirstTouch) {
   constexpr std::size_t kBytes = 4 << 20;
