@@ -99,3 +99,16 @@ if large:
             print(f"| {size >> 20} MiB | {oop:.0f} | {ip:.0f} | {float(r['mpi_time_us']):.0f} | "
                   f"{float(r['mpi_ip_time_us']):.0f} | {best / oop:.2f} | {best / ip:.2f} |")
         print(f"| {size >> 20} MiB, median (range) | | | | | {cell(ratios[0])} | {cell(ratios[1])} |")
+
+if os.path.isdir(f'{here}/targets'):
+    # Steps 7 and 8 in the sixteenth pass's tables (its report.py reads the
+    # working directory's CSVs).
+    import sys
+    sys.path.insert(0, os.path.join(here, '..', 'shm_pass16'))
+    import report as pass16  # noqa: E402
+    os.chdir(f'{here}/targets')
+    print()
+    pass16.others("Step 7: every other collective (speedup = MPI time / Chorus out-of-place time; each run's "
+                  "cell the median of 5 rounds, Chorus and MPI in turn; median (range) of 3 runs; Chorus / MPI us)")
+    pass16.allreduce("Step 8: AllReduce beside Open MPI (speedup = MPI time / Chorus time; each run's cell the "
+                     "median of 5 rounds, Chorus and MPI in turn; median (range) of 3 runs)")

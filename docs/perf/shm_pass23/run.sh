@@ -10,7 +10,7 @@
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 here=docs/perf/shm_pass23
 out=${OUT:-$here}; LIB=$PWD/build/src
-STEPS=${STEPS:-123456}
+STEPS=${STEPS:-12345678}
 mkdir -p "$out"
 mpicxx -O2 -o /tmp/call_loops docs/perf/shm_pass15/call_loops.cpp
 
@@ -67,22 +67,32 @@ if [[ $STEPS == *3* ]]; then
   done > $out/every_call_8B.csv
 fi
 
-# 4. Chorus's engine alone (async_loop.cpp, no MPI): 8-byte allgathers at
-#    p = 2, blocking and async-then-waited in turn, 6 rounds of 100000;
-#    the libraries of 129ae98 (BEFORE) and this build alternating, 5 launches
-#    each; lines: who,kind,us.
-if [[ $STEPS == *4* ]]; then
+# A two-rank program of this directory (SOURCE, no MPI: it forks its second
+# rank, and the two meet at a TCP store on a free loopback port), built
+# against this build, run 5 times with each library in turn (BEFORE's, then
+# this build's); each output line prefixed with "before," or "after,".
+before_after() {  # SOURCE ARGS...
   : "${BEFORE:?BEFORE must name the library directory of a build of 129ae98}"
-  g++ -O2 -std=c++20 -Iinclude -Ibuild/include $here/async_loop.cpp -Lbuild/src -lchorus \
-    -Wl,-rpath,$LIB -o /tmp/async_loop
+  local source=$1 rep which dir port
+  shift
+  g++ -O2 -std=c++20 -Iinclude -Ibuild/include $here/$source -Lbuild/src -lchorus \
+    -Wl,-rpath,$LIB -o /tmp/${source%.cpp}
   for rep in 1 2 3 4 5; do
     for which in before after; do
       dir=$LIB; [ $which = before ] && dir=$BEFORE
       port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-      LD_LIBRARY_PATH=$dir timeout 300 /tmp/async_loop 100000 tcp://127.0.0.1:$port 2>/dev/null |
-        sed "s/^/$which,/; s/ /,/"
+      LD_LIBRARY_PATH=$dir timeout 300 /tmp/${source%.cpp} "$@" tcp://127.0.0.1:$port 2>/dev/null |
+        sed "s/^/$which,/"
     done
-  done > $out/engine_alone.csv
+  done
+}
+
+# 4. Chorus's engine alone (async_loop.cpp): 8-byte allgathers at p = 2,
+#    blocking and async-then-waited in turn, 6 rounds of 100000; the
+#    libraries of 129ae98 and this build alternating, 5 launches each;
+#    lines: who,kind,us.
+if [[ $STEPS == *4* ]]; then
+  before_after async_loop.cpp 100000 | sed 's/ /,/' > $out/engine_alone.csv
 fi
 
 # 5. The first 64 MiB in-place AllReduce by halving_doubling at p = 2
@@ -90,17 +100,8 @@ fi
 #    after a7d9cda (scratch populated when allocated), alternating, 5
 #    launches each; lines: who,first ms,second ms.
 if [[ $STEPS == *5* ]]; then
-  : "${BEFORE:?BEFORE must name the library directory of a build of 129ae98}"
-  g++ -O2 -std=c++20 -Iinclude -Ibuild/include $here/first_call.cpp -Lbuild/src -lchorus \
-    -Wl,-rpath,$LIB -o /tmp/first_call
-  for rep in 1 2 3 4 5; do
-    for which in before after; do
-      dir=$LIB; [ $which = before ] && dir=$BEFORE
-      port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-      CHORUS_SHM=0 CHORUS_ALGO=halving_doubling LD_LIBRARY_PATH=$dir timeout 300 \
-        /tmp/first_call $((64 << 20)) tcp://127.0.0.1:$port 2>/dev/null | sed "s/^/$which,/"
-    done
-  done > $out/first_call.csv
+  CHORUS_SHM=0 CHORUS_ALGO=halving_doubling before_after first_call.cpp $((64 << 20)) \
+    > $out/first_call.csv
 fi
 
 # 6. AllReduce at 16 and 64 MiB, p = 2, beside Open MPI alone in the same
@@ -112,4 +113,33 @@ if [[ $STEPS == *6* ]]; then
     mpirun -np 2 build/bin/allreduce_perf -b 16M -e 64M -f 4 -n 6 -w 3 --rounds 5 --mpi -X ucx \
       -c 0 --csv $out/large/allreduce_$rep.csv >/dev/null 2>&1
   done
+fi
+
+# 7. Every other collective beside Open MPI at 8 B (at p = 4 32 B for the
+#    ones whose size is all p blocks), 1 MiB and 64 MiB, p = 2 and 4; 5
+#    rounds a cell (Chorus and MPI in turn); 3 runs (the seventeenth pass's
+#    step 3). Into $out/targets/.
+if [[ $STEPS == *7* ]]; then
+  mkdir -p $out/targets
+  for rep in 1 2 3; do for p in 2 4; do for tool in allgather alltoall broadcast reduce reduce_scatter; do
+    small=8; [ $p = 4 ] && [[ $tool == all* || $tool == reduce_scatter ]] && small=32
+    for size in $small 1M 64M; do
+      n=4000 w=500; [ $size = 1M ] && n=50 w=5; [ $size = 64M ] && n=4 w=3
+      mpirun --oversubscribe -np $p build/bin/${tool}_perf -b $size -e $size -n $n -w $w --rounds 5 \
+        --mpi -X ucx -c 0 --csv $out/targets/${tool}_${size}_p${p}_$rep.csv >/dev/null 2>&1
+    done
+  done; done; done
+fi
+
+# 8. AllReduce beside Open MPI (out of place and in place), every power of
+#    two from 8 B to 64 MiB, p = 2 and 4, 5 rounds a cell; 3 runs (the
+#    seventeenth pass's step 4). Into $out/targets/.
+if [[ $STEPS == *8* ]]; then
+  mkdir -p $out/targets
+  for rep in 1 2 3; do for p in 2 4; do
+    mpirun --oversubscribe -np $p build/bin/allreduce_perf -b 4 -e 64K -f 2 -n 400 -w 100 --rounds 5 \
+      --mpi -X ucx -c 0 --csv $out/targets/allreduce_p${p}_small_$rep.csv >/dev/null 2>&1
+    mpirun --oversubscribe -np $p build/bin/allreduce_perf -b 32K -e 64M -f 2 -n 4 -w 3 --rounds 5 \
+      --mpi -X ucx -c 0 --csv $out/targets/allreduce_p${p}_large_$rep.csv >/dev/null 2>&1
+  done; done
 fi
