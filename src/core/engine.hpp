@@ -68,9 +68,10 @@ struct Work::State {
   // Set by a thread before it sleeps until `done` or leaves a callback, each
   // under the state's stripe (waiting_stripe()): only then does finish()
   // take that stripe's mutex and notify. A small call's finish() is then
-  // one locked instruction, where a mutex and condition variable of its own
-  // cost four (lock, unlock, the condition variable's destruction), each
-  // 6 ns or more here, on every nonblocking call.
+  // one locked instruction (the store of `done`), where a mutex and
+  // condition variable of its own cost three (lock, unlock, the condition
+  // variable's destruction), each 6 ns or more here, on every nonblocking
+  // call.
   std::atomic<bool> watched{false};
   std::optional<Error> error;
   int source = -1;  // a receive's sender, set before finish()
