@@ -258,9 +258,12 @@ std::string agree_on_ucx(const BlobAllgather& allgather, int size, const std::st
   return "";
 }
 
-// This rank's transport of `kind`; `automatic` asks `agree` (one of the
-// above) whether every rank could start UCX, so that no two ranks ever
-// pick different transports.
+// This rank's transport of `kind`; `automatic` and `ucx` ask `agree` (one
+// of the above) whether every rank could start UCX: automatic so that no
+// two ranks ever pick different transports, ucx (forced, no fallback) so
+// that a rank that cannot start it fails every rank at once, naming itself
+// and why, instead of leaving them at the store until the deadline to
+// report it as a rank that never came.
 std::unique_ptr<transport::Transport> choose_transport(
     TransportKind kind, int rank, int size,
     const std::function<std::string(const std::string& why_not)>& agree) {
@@ -272,16 +275,21 @@ std::unique_ptr<transport::Transport> choose_transport(
                               size));
     return std::make_unique<transport::LocalTransport>(transport::LocalFabric::create(1), 0);
   }
-  if (kind == TransportKind::ucx) return make_ucx(rank, size);
   if (kind == TransportKind::tcp) return std::make_unique<transport::TcpTransport>(rank, size);
   std::unique_ptr<transport::Transport> t;
   std::string why_not;
+  ErrorCode code = ErrorCode::peer_failure;  // another rank's failure, unless this one's
   try {
     t = make_ucx(rank, size);
   } catch (const Error& e) {
     why_not = e.what();
+    code = e.code();
   }
   if (const std::string why = agree(why_not); !why.empty()) {
+    if (kind == TransportKind::ucx)
+      throw Error(code, fmt::format("rank {}: the transport is ucx (CHORUS_TRANSPORT or "
+                                    "Options::transport), and {}",
+                                    rank, why));
     if (rank == 0) log::info("transport: tcp (UCX not used: {})", why);
     t = std::make_unique<transport::TcpTransport>(rank, size);
   }

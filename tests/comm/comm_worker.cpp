@@ -391,9 +391,9 @@ int main(int argc, char** argv) {
       {"peer_death", peer_death}, {"timeout", timeout}, {"collectives", collectives},
       {"split", split}, {"peer_death_alltoall", peer_death_alltoall},
       {"peer_death_shm", peer_death_shm}, {"until_failure", until_failure},
-      {"mismatch_hosts", mismatch_hosts}};
+      {"mismatch_hosts", mismatch_hosts}, {"connect", [](Communicator&) {}}};
   if (argc != 2 || !scenarios.count(argv[1])) {
-    std::fprintf(stderr, "usage: comm_worker algorithms|async100|mismatch|peer_death|timeout|collectives|split|peer_death_alltoall|peer_death_shm|until_failure|mismatch_hosts\n");
+    std::fprintf(stderr, "usage: comm_worker algorithms|async100|mismatch|peer_death|timeout|collectives|split|peer_death_alltoall|peer_death_shm|until_failure|mismatch_hosts|connect\n");
     return 2;
   }
   try {

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <regex>
@@ -177,6 +178,27 @@ TEST_P(CommMultiProcess, RankThatNeverCallsTimesOutNamingTheCall) {
                               "call #1, allreduce(count=1000, float32, sum, ring)"))
       << testing::describe(results);
 }
+
+#if defined(CHORUS_HAVE_UCX)
+// UCX forced (no fallback to tcp) and one rank unable to start it (its
+// UCX_TLS names no transport): every rank fails at creation at once, naming
+// that rank and UCX's error, rather than the others waiting at the store
+// until the deadline (60 s here) to report a rank that never came.
+TEST(CommMultiProcessUcx, ARankThatCannotStartAForcedUcxFailsEveryRankAtOnce) {
+  testing::LoopbackJob job(CHORUS_COMM_WORKER);
+  const auto start = std::chrono::steady_clock::now();
+  job.start("ucx", {"connect"}, 3, {}, -1, {{2, {{"UCX_TLS", "no_such_transport"}}}});
+  const auto results = job.processes.wait(std::chrono::seconds(50));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(results.size(), 3u);
+  for (const auto& r : results) {
+    EXPECT_TRUE(!r.timed_out && r.signal == 0 && r.exit_code == 1) << testing::describe(results);
+    EXPECT_NE(r.output.find("the transport is ucx"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("rank 2 cannot: UCX"), std::string::npos) << r.output;
+  }
+  EXPECT_LT(seconds, 30) << "the ranks waited for the deadline";
+}
+#endif
 
 INSTANTIATE_TEST_SUITE_P(Transports, CommMultiProcess, ::testing::ValuesIn(cases()),
                          [](const auto& info) {

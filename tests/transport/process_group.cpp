@@ -104,7 +104,8 @@ std::string describe(const std::vector<ProcessResult>& results) {
 }
 
 void LoopbackJob::start(const std::string& transport, const std::vector<std::string>& args,
-                        int size, const std::map<std::string, std::string>& extra, int started) {
+                        int size, const std::map<std::string, std::string>& extra, int started,
+                        const std::map<int, std::map<std::string, std::string>>& per_rank) {
   for (int r = 0; r < (started < 0 ? size : started); ++r) {
     std::map<std::string, std::string> env = {
         {"CHORUS_RANK", std::to_string(r)},  {"CHORUS_SIZE", std::to_string(size)},
@@ -112,6 +113,8 @@ void LoopbackJob::start(const std::string& transport, const std::vector<std::str
         {"CHORUS_SOCKET_ADDR", "127.0.0.1"}, {"CHORUS_TIMEOUT", "60"},
         {"CHORUS_SECRET", secret},           {"CHORUS_SECRET_FILE", ""}};
     for (const auto& [k, v] : extra) env[k] = v;
+    if (const auto own = per_rank.find(r); own != per_rank.end())
+      for (const auto& [k, v] : own->second) env[k] = v;
     std::vector<std::string> argv = {program};
     argv.insert(argv.end(), args.begin(), args.end());
     processes.start(argv, env);

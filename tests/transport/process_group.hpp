@@ -48,9 +48,10 @@ struct LoopbackJob {
   explicit LoopbackJob(std::string program_path) : program(std::move(program_path)) {}
   // Starts ranks 0..started-1 (all when started < 0) of a job of `size`,
   // each as `program args...`, with `extra` added to (or replacing) the
-  // variables above.
+  // variables above, and then rank r's own `per_rank[r]`.
   void start(const std::string& transport, const std::vector<std::string>& args, int size,
-             const std::map<std::string, std::string>& extra = {}, int started = -1);
+             const std::map<std::string, std::string>& extra = {}, int started = -1,
+             const std::map<int, std::map<std::string, std::string>>& per_rank = {});
 
   std::string program;
   std::string secret = auth::generate_secret_text();
