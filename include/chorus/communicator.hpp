@@ -47,7 +47,8 @@ struct Options {
   Algorithm algorithm = Algorithm::automatic;
   // Deadline of every wait; CHORUS_TIMEOUT (seconds) when unset.
   std::optional<std::chrono::duration<double>> timeout;
-  // "auto", "ucx", "tcp"; CHORUS_TRANSPORT when empty.
+  // "auto", "ucx", "tcp"; CHORUS_TRANSPORT when empty. Every rank must ask
+  // for the same: creation fails on all (mismatched_collective) otherwise.
   std::string transport;
   std::string algorithms;  // see `algorithm` above
 };

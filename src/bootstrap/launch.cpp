@@ -233,40 +233,87 @@ void wait_for_every_rank(Store& store, const std::string& stage, int rank, int s
   }
 }
 
-// Whether UCX is used (automatic choice): every rank tells whether it
-// could start it (`why_not` empty: it could), and all get the same answer:
-// "" when every rank could, else one failing rank's reason. O(1) store
-// work per rank.
-std::string agree_on_ucx(Store& store, const std::string& prefix, int rank, int size,
-                         const std::string& why_not, Deadline deadline) {
-  const std::string stage = prefix + "/ucx";
+// What the ranks agree on before any transport exists. Every rank tells
+// the transport it asks for (CHORUS_TRANSPORT or Options::transport) and,
+// unless that is tcp, whether it could start UCX; all get the same verdict.
+// Each asks for its own kind and starts only that transport's rendezvous,
+// so ranks asking for different kinds would otherwise each wait at the
+// store for keys the others never set, until the deadline, and report
+// ranks that "never arrived" (or, over a caller's all-gather, exchange one
+// step's answers as another step's addresses).
+struct TransportVerdict {
+  std::string differing;   // "rank R asks for K" of a rank asking for another kind; "" if none
+  std::string cannot_ucx;  // "rank R cannot: <why>" of a rank that could not start UCX; "" if none
+};
+
+// Through the store: counters, so O(1) store work per rank (the first rank
+// to ask for a kind, and the first that cannot start UCX, leave their
+// names for the others' messages).
+TransportVerdict agree_on_transport(Store& store, const std::string& prefix, int rank, int size,
+                                    TransportKind kind, const std::string& why_not,
+                                    Deadline deadline) {
+  const std::string stage = prefix + "/transport";
+  const auto asking_for = [&](TransportKind k) { return fmt::format("{}/asked/{}", stage, to_string(k)); };
+  if (store.add(asking_for(kind), 1, deadline) == 1)
+    store.set(asking_for(kind) + "/first", to_bytes(std::to_string(rank)), deadline);
   if (!why_not.empty() && store.add(stage + "/cannot", 1, deadline) == 1)
     store.set(stage + "/why", to_bytes(fmt::format("rank {} cannot: {}", rank, why_not)), deadline);
-  store.set(stage_key(stage, rank), to_bytes(why_not.empty() ? "1" : "0"), deadline);
+  store.set(stage_key(stage, rank), to_bytes("1"), deadline);
   wait_for_every_rank(store, stage, rank, size, deadline);
-  if (store.add(stage + "/cannot", 0, deadline) == 0) return "";
-  const std::string why[] = {stage + "/why"};
-  return to_string(store.get(why, deadline)[0]);
+  TransportVerdict verdict;
+  if (store.add(asking_for(kind), 0, deadline) != size) {
+    for (const TransportKind other : {TransportKind::automatic, TransportKind::ucx, TransportKind::tcp}) {
+      if (other == kind || store.add(asking_for(other), 0, deadline) == 0) continue;
+      const std::string first[] = {asking_for(other) + "/first"};
+      verdict.differing = fmt::format("rank {} asks for {}", to_string(store.get(first, deadline)[0]),
+                                      to_string(other));
+      break;
+    }
+  }
+  if (store.add(stage + "/cannot", 0, deadline) != 0) {
+    const std::string why[] = {stage + "/why"};
+    verdict.cannot_ucx = to_string(store.get(why, deadline)[0]);
+  }
+  return verdict;
 }
 
-// The same over an all-gather of every rank's answer.
-std::string agree_on_ucx(const BlobAllgather& allgather, int size, const std::string& why_not) {
-  const auto answers = allgather(to_bytes(why_not.empty() ? "1" : why_not));
-  for (int r = 0; r < size; ++r)
-    if (const auto answer = to_string(answers[static_cast<std::size_t>(r)]); answer != "1")
-      return fmt::format("rank {} cannot: {}", r, answer);
-  return "";
+// The same over an all-gather of every rank's "<kind>:<why not>". A peer's
+// answer is checked before it is believed: one that names no kind (a peer
+// that is not at this step, or garbage) fails this rank.
+TransportVerdict agree_on_transport(const BlobAllgather& allgather, int rank, int size,
+                                    TransportKind kind, const std::string& why_not) {
+  const auto answers = allgather(to_bytes(fmt::format("{}:{}", to_string(kind), why_not)));
+  if (answers.size() != static_cast<std::size_t>(size))
+    throw Error(ErrorCode::internal, fmt::format("rank {}: the all-gather returned {} answers for {} "
+                                                 "ranks", rank, answers.size(), size));
+  TransportVerdict verdict;
+  for (int r = 0; r < size; ++r) {
+    const std::string answer = to_string(answers[static_cast<std::size_t>(r)]);
+    const std::size_t colon = answer.find(':');
+    const std::string asked = answer.substr(0, colon);
+    if (colon == std::string::npos || (asked != "auto" && asked != "ucx" && asked != "tcp"))
+      throw Error(ErrorCode::peer_failure,
+                  fmt::format("rank {}: rank {} sent a malformed transport answer at start-up "
+                              "({} bytes, not \"<auto|ucx|tcp>:<reason>\")",
+                              rank, r, answer.size()));
+    if (verdict.differing.empty() && asked != to_string(kind))
+      verdict.differing = fmt::format("rank {} asks for {}", r, asked);
+    if (verdict.cannot_ucx.empty() && colon + 1 < answer.size())
+      verdict.cannot_ucx = fmt::format("rank {} cannot: {}", r, answer.substr(colon + 1));
+  }
+  return verdict;
 }
 
-// This rank's transport of `kind`; `automatic` and `ucx` ask `agree` (one
-// of the above) whether every rank could start UCX: automatic so that no
-// two ranks ever pick different transports, ucx (forced, no fallback) so
-// that a rank that cannot start it fails every rank at once, naming itself
-// and why, instead of leaving them at the store until the deadline to
-// report it as a rank that never came.
+// This rank's transport of `kind`, once `agree` (one of the above) has
+// heard every rank: all must ask for the same kind (else every rank fails
+// at once, naming one that differs); with automatic, UCX is used only if
+// every rank could start it, so that no two ranks ever pick different
+// transports; with ucx (forced, no fallback), a rank that cannot start it
+// fails every rank at once, naming itself and why, instead of leaving them
+// at the store until the deadline to report it as a rank that never came.
 std::unique_ptr<transport::Transport> choose_transport(
     TransportKind kind, int rank, int size,
-    const std::function<std::string(const std::string& why_not)>& agree) {
+    const std::function<TransportVerdict(const std::string& why_not)>& agree) {
   if (kind == TransportKind::local) {
     if (size != 1)
       throw Error(ErrorCode::invalid_argument,
@@ -275,22 +322,31 @@ std::unique_ptr<transport::Transport> choose_transport(
                               size));
     return std::make_unique<transport::LocalTransport>(transport::LocalFabric::create(1), 0);
   }
-  if (kind == TransportKind::tcp) return std::make_unique<transport::TcpTransport>(rank, size);
   std::unique_ptr<transport::Transport> t;
   std::string why_not;
   ErrorCode code = ErrorCode::peer_failure;  // another rank's failure, unless this one's
-  try {
-    t = make_ucx(rank, size);
-  } catch (const Error& e) {
-    why_not = e.what();
-    code = e.code();
+  if (kind != TransportKind::tcp) {
+    try {
+      t = make_ucx(rank, size);
+    } catch (const Error& e) {
+      why_not = e.what();
+      code = e.code();
+    }
   }
-  if (const std::string why = agree(why_not); !why.empty()) {
+  const TransportVerdict verdict = agree(why_not);
+  if (!verdict.differing.empty())
+    throw Error(ErrorCode::mismatched_collective,
+                fmt::format("rank {}: the ranks ask for different transports: {} here "
+                            "(CHORUS_TRANSPORT or Options::transport), and {}; every rank must "
+                            "ask for the same",
+                            rank, to_string(kind), verdict.differing));
+  if (kind == TransportKind::tcp) return std::make_unique<transport::TcpTransport>(rank, size);
+  if (!verdict.cannot_ucx.empty()) {
     if (kind == TransportKind::ucx)
       throw Error(code, fmt::format("rank {}: the transport is ucx (CHORUS_TRANSPORT or "
                                     "Options::transport), and {}",
-                                    rank, why));
-    if (rank == 0) log::info("transport: tcp (UCX not used: {})", why);
+                                    rank, verdict.cannot_ucx));
+    if (rank == 0) log::info("transport: tcp (UCX not used: {})", verdict.cannot_ucx);
     t = std::make_unique<transport::TcpTransport>(rank, size);
   }
   return t;
@@ -348,7 +404,7 @@ std::unique_ptr<transport::Transport> connect_transport(TransportKind kind, int 
                                                         const BlobAllgather& allgather,
                                                         transport::Deadline deadline) {
   auto t = choose_transport(kind, rank, size, [&](const std::string& why_not) {
-    return agree_on_ucx(allgather, size, why_not);
+    return agree_on_transport(allgather, rank, size, kind, why_not);
   });
   connect_with(*t, allgather(t->address()), rank, size, deadline);
   return t;
@@ -359,7 +415,7 @@ std::unique_ptr<transport::Transport> connect_transport(TransportKind kind, int 
                                                         const std::string& key_prefix,
                                                         transport::Deadline deadline) {
   auto t = choose_transport(kind, rank, size, [&](const std::string& why_not) {
-    return agree_on_ucx(*store, key_prefix, rank, size, why_not, deadline);
+    return agree_on_transport(*store, key_prefix, rank, size, kind, why_not, deadline);
   });
   if (t->connects_lazily()) {
     connect_looking_up(*t, std::move(store), key_prefix, deadline);

@@ -401,6 +401,9 @@ int main(int argc, char** argv) {
     scenarios.at(argv[1])(comm);
     std::printf("rank %d passed\n", comm.rank());
     return 0;
+  } catch (const Error& e) {
+    std::printf("FAILED: error (%s): %s\n", std::string(to_string(e.code())).c_str(), e.what());
+    return 1;
   } catch (const std::exception& e) {
     std::printf("FAILED: %s\n", e.what());
     return 1;

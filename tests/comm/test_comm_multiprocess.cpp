@@ -179,6 +179,29 @@ TEST_P(CommMultiProcess, RankThatNeverCallsTimesOutNamingTheCall) {
       << testing::describe(results);
 }
 
+// One rank asking for another transport than the rest (CHORUS_TRANSPORT=tcp
+// where the others choose automatically): every rank fails at creation at
+// once, naming the transports and a rank that differs. Before, each kind
+// waited at the store for keys the other never set, and all reported
+// "never arrived" at the deadline (60 s here).
+TEST(CommMultiProcessTransports, RanksAskingForDifferentTransportsAllFailAtOnceNamingThem) {
+  testing::LoopbackJob job(CHORUS_COMM_WORKER);
+  const auto start = std::chrono::steady_clock::now();
+  job.start("auto", {"connect"}, 3, {}, -1, {{2, {{"CHORUS_TRANSPORT", "tcp"}}}});
+  const auto results = job.processes.wait(std::chrono::seconds(50));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(results.size(), 3u);
+  for (std::size_t r = 0; r < results.size(); ++r) {
+    const auto& out = results[r].output;
+    EXPECT_TRUE(!results[r].timed_out && results[r].signal == 0 && results[r].exit_code == 1)
+        << testing::describe(results);
+    EXPECT_NE(out.find("error (mismatched collective)"), std::string::npos) << out;
+    EXPECT_NE(out.find("the ranks ask for different transports"), std::string::npos) << out;
+    EXPECT_NE(out.find(r == 2 ? "tcp here" : "rank 2 asks for tcp"), std::string::npos) << out;
+  }
+  EXPECT_LT(seconds, 30) << "the ranks waited for the deadline";
+}
+
 #if defined(CHORUS_HAVE_UCX)
 // UCX forced (no fallback to tcp) and one rank unable to start it (its
 // UCX_TLS names no transport): every rank fails at creation at once, naming
