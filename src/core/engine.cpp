@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -75,6 +76,9 @@ bool switch_from_env(config::Variable variable, bool otherwise) {
               fmt::format("{}='{}' is not 0 or 1", config::name(variable), *value));
 }
 
+// CHORUS_SHM: whether the ranks on a host share a segment (the default).
+bool host_segment_wanted() { return switch_from_env(config::Variable::shm, true); }
+
 // The host segment's slot size: CHORUS_SHM_BYTES (64 B to 1 GiB), else
 // 4 MiB while the segment (2 p slots) stays within 16 MiB (p = 2: 4 MiB,
 // p = 4: 2 MiB, p = 8: 1 MiB, ...; never under 64 KiB).
@@ -104,13 +108,48 @@ shm::Allgather setup_allgather(transport::Transport& t, double timeout_seconds,
   };
 }
 
+// Settings that change what a rank sends from its first call on, which
+// every rank must share; compared at creation before anything uses them
+// (one all-gather of a word each), so that a job whose ranks were given
+// different ones fails on every rank at once, naming the setting, rather
+// than later on some of them with a message about bytes: a rank without
+// the host segment (CHORUS_SHM=0) exchanged set-up messages of another size
+// ("has 608 bytes but the receive buffer holds only 160"), and a rank
+// without the call check (CHORUS_CHECK=0) left its calls' signatures blank,
+// so that the others failed its first call as a different collective
+// while it succeeded.
+void check_settings_agree(int rank, int size, bool host_segment, bool call_check,
+                          const shm::Allgather& allgather) {
+  struct Setting {
+    config::Variable variable;
+    bool on;
+  };
+  const Setting settings[] = {{config::Variable::shm, host_segment},
+                              {config::Variable::check, call_check}};
+  std::uint64_t mine = 0;
+  for (std::size_t i = 0; i < std::size(settings); ++i)
+    if (settings[i].on) mine |= std::uint64_t{1} << i;
+  std::vector<std::uint64_t> all(static_cast<std::size_t>(size));
+  allgather(&mine, sizeof mine, all.data());
+  for (int r = 0; r < size; ++r) {
+    const std::uint64_t differ = all[static_cast<std::size_t>(r)] ^ mine;
+    for (std::size_t i = 0; i < std::size(settings); ++i)
+      if ((differ >> i) & 1)
+        throw Error(ErrorCode::mismatched_collective,
+                    fmt::format("rank {}: {} differs between this rank ({}) and rank {} ({}): every "
+                                "rank must be given the same",
+                                rank, config::name(settings[i].variable), settings[i].on ? 1 : 0, r,
+                                settings[i].on ? 0 : 1));
+  }
+}
+
 // The host segment when every rank is on this host (null otherwise). A
 // topology given by CHORUS_TOPOLOGY that puts ranks on several hosts is
 // taken at its word: no segment, as on real hosts.
 std::unique_ptr<shm::Segment> attach_host_segment(transport::Transport& t,
                                                   const coll::Topology& topology,
                                                   const shm::Allgather& allgather) {
-  if (!switch_from_env(config::Variable::shm, true) || topology.hosts() > 1) return nullptr;
+  if (!host_segment_wanted() || topology.hosts() > 1) return nullptr;
   return shm::Segment::attach(t.rank(), t.size(), shm_slot_bytes(t.size()), allgather);
 }
 
@@ -154,7 +193,7 @@ std::unique_ptr<shm::Segment> attach_own_host_segment(transport::Transport& t,
                                                       double timeout_seconds,
                                                       const std::atomic<bool>* abort_requested,
                                                       const shm::Allgather& allgather) {
-  if (!switch_from_env(config::Variable::shm, true) || topology.hosts() == 1) return nullptr;
+  if (!host_segment_wanted() || topology.hosts() == 1) return nullptr;
   const std::vector<int>& members = topology.ranks_on(topology.host_of(t.rank()));
   auto segment = shm::Segment::attach(
       topology.local_rank(t.rank()), static_cast<int>(members.size()), kOwnHostSlotBytes,
@@ -271,6 +310,8 @@ Communicator::Impl::Impl(std::unique_ptr<transport::Transport> t,
   check_calls = switch_from_env(config::Variable::check, true);
   const shm::Allgather allgather =
       setup_allgather(*transport, timeout_seconds, &abort_requested, &scratch);
+  check_settings_agree(transport->rank(), transport->size(), host_segment_wanted(), check_calls,
+                       allgather);
   topology = coll::discover_topology(transport->rank(), transport->size(), allgather,
                                      config::get(config::Variable::topology));
   host = attach_host_segment(*transport, *topology, allgather);

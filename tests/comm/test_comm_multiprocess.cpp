@@ -202,6 +202,29 @@ TEST(CommMultiProcessTransports, RanksAskingForDifferentTransportsAllFailAtOnceN
   EXPECT_LT(seconds, 30) << "the ranks waited for the deadline";
 }
 
+// A setting that changes what a rank sends (the host segment, the call
+// check) given to one rank only: every rank fails at creation at once,
+// naming it. Before, CHORUS_SHM=0 on one rank failed the others' set-up
+// on a message of the wrong size, and CHORUS_CHECK=0 on one rank let it
+// succeed while the others failed its first call as another collective.
+TEST(CommMultiProcessTransports, ASettingGivenToOneRankOnlyFailsEveryRankAtCreationNamingIt) {
+  for (const char* variable : {"CHORUS_SHM", "CHORUS_CHECK"}) {
+    testing::LoopbackJob job(CHORUS_COMM_WORKER);
+    job.start("tcp", {"connect"}, 3, {}, -1, {{2, {{variable, "0"}}}});
+    const auto results = job.processes.wait(std::chrono::seconds(50));
+    ASSERT_EQ(results.size(), 3u);
+    for (std::size_t r = 0; r < results.size(); ++r) {
+      const auto& out = results[r].output;
+      EXPECT_TRUE(!results[r].timed_out && results[r].signal == 0 && results[r].exit_code == 1)
+          << variable << "\n" << testing::describe(results);
+      EXPECT_NE(out.find("error (mismatched collective)"), std::string::npos) << out;
+      EXPECT_NE(out.find(std::string(variable) + " differs between this rank (" + (r == 2 ? "0" : "1")),
+                std::string::npos)
+          << out;
+    }
+  }
+}
+
 #if defined(CHORUS_HAVE_UCX)
 // UCX forced (no fallback to tcp) and one rank unable to start it (its
 // UCX_TLS names no transport): every rank fails at creation at once, naming
