@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <optional>
 #include <cstring>
 
 namespace chorus::bootstrap {
@@ -234,86 +235,146 @@ void wait_for_every_rank(Store& store, const std::string& stage, int rank, int s
 }
 
 // What the ranks agree on before any transport exists. Every rank tells
-// the transport it asks for (CHORUS_TRANSPORT or Options::transport) and,
-// unless that is tcp, whether it could start UCX; all get the same verdict.
-// Each asks for its own kind and starts only that transport's rendezvous,
-// so ranks asking for different kinds would otherwise each wait at the
-// store for keys the others never set, until the deadline, and report
-// ranks that "never arrived" (or, over a caller's all-gather, exchange one
-// step's answers as another step's addresses).
+// what it asks for: the transport (CHORUS_TRANSPORT or Options::transport),
+// whether it would connect each networked transport lazily
+// (CHORUS_SOCKET_CONNECT, CHORUS_UCX_CONNECT) and, unless it asks for
+// tcp, whether it could start UCX, or that one of those settings is
+// invalid on it; all get the same verdict. Each rank
+// starts only the rendezvous its own settings call for, so ranks that
+// differ would otherwise each wait at the store for keys the others never
+// set, until the deadline, and report ranks that "never arrived" (or, over
+// a caller's all-gather, take one step's answers as another step's
+// addresses: through libchorus_pmpi, a job that hung).
+struct TransportAsk {
+  TransportKind kind;
+  bool lazy[2];         // connecting lazily, by networked_index(): tcp, ucx
+  std::string why_not;  // why this rank could not start UCX; "" if it could (or did not try)
+  std::string invalid;  // what is wrong with this rank's settings (then nothing else counts); "" if nothing
+};
 struct TransportVerdict {
+  std::string invalid;     // "rank R: <what>" of a rank whose settings are invalid; "" if none
   std::string differing;   // "rank R asks for K" of a rank asking for another kind; "" if none
   std::string cannot_ucx;  // "rank R cannot: <why>" of a rank that could not start UCX; "" if none
+  int lazy_ranks = 0;      // the ranks that connect the transport used lazily
 };
+
+// tcp 0, ucx 1.
+std::size_t networked_index(TransportKind kind) { return kind == TransportKind::tcp ? 0 : 1; }
+
+// The transport the ranks use once they agree on what they ask for.
+TransportKind used_transport(TransportKind asked, const TransportVerdict& verdict) {
+  return asked == TransportKind::tcp || !verdict.cannot_ucx.empty() ? TransportKind::tcp
+                                                                    : TransportKind::ucx;
+}
 
 // Through the store: counters, so O(1) store work per rank (the first rank
 // to ask for a kind, and the first that cannot start UCX, leave their
 // names for the others' messages).
 TransportVerdict agree_on_transport(Store& store, const std::string& prefix, int rank, int size,
-                                    TransportKind kind, const std::string& why_not,
-                                    Deadline deadline) {
+                                    const TransportAsk& ask, Deadline deadline) {
   const std::string stage = prefix + "/transport";
   const auto asking_for = [&](TransportKind k) { return fmt::format("{}/asked/{}", stage, to_string(k)); };
-  if (store.add(asking_for(kind), 1, deadline) == 1)
-    store.set(asking_for(kind) + "/first", to_bytes(std::to_string(rank)), deadline);
-  if (!why_not.empty() && store.add(stage + "/cannot", 1, deadline) == 1)
-    store.set(stage + "/why", to_bytes(fmt::format("rank {} cannot: {}", rank, why_not)), deadline);
+  const auto lazy_with = [&](TransportKind k) { return fmt::format("{}/lazy/{}", stage, to_string(k)); };
+  if (!ask.invalid.empty() && store.add(stage + "/invalid", 1, deadline) == 1)
+    store.set(stage + "/invalid/what", to_bytes(fmt::format("rank {}: {}", rank, ask.invalid)), deadline);
+  if (store.add(asking_for(ask.kind), 1, deadline) == 1)
+    store.set(asking_for(ask.kind) + "/first", to_bytes(std::to_string(rank)), deadline);
+  for (const TransportKind k : {TransportKind::tcp, TransportKind::ucx})
+    if (ask.lazy[networked_index(k)]) store.add(lazy_with(k), 1, deadline);
+  if (!ask.why_not.empty() && store.add(stage + "/cannot", 1, deadline) == 1)
+    store.set(stage + "/why", to_bytes(fmt::format("rank {} cannot: {}", rank, ask.why_not)), deadline);
   store.set(stage_key(stage, rank), to_bytes("1"), deadline);
   wait_for_every_rank(store, stage, rank, size, deadline);
   TransportVerdict verdict;
-  if (store.add(asking_for(kind), 0, deadline) != size) {
+  if (store.add(stage + "/invalid", 0, deadline) != 0) {
+    const std::string what[] = {stage + "/invalid/what"};
+    verdict.invalid = to_string(store.get(what, deadline)[0]);
+    return verdict;
+  }
+  if (store.add(asking_for(ask.kind), 0, deadline) != size) {
     for (const TransportKind other : {TransportKind::automatic, TransportKind::ucx, TransportKind::tcp}) {
-      if (other == kind || store.add(asking_for(other), 0, deadline) == 0) continue;
+      if (other == ask.kind || store.add(asking_for(other), 0, deadline) == 0) continue;
       const std::string first[] = {asking_for(other) + "/first"};
       verdict.differing = fmt::format("rank {} asks for {}", to_string(store.get(first, deadline)[0]),
                                       to_string(other));
-      break;
+      return verdict;
     }
   }
   if (store.add(stage + "/cannot", 0, deadline) != 0) {
     const std::string why[] = {stage + "/why"};
     verdict.cannot_ucx = to_string(store.get(why, deadline)[0]);
   }
+  verdict.lazy_ranks =
+      static_cast<int>(store.add(lazy_with(used_transport(ask.kind, verdict)), 0, deadline));
   return verdict;
 }
 
-// The same over an all-gather of every rank's "<kind>:<why not>". A peer's
-// answer is checked before it is believed: one that names no kind (a peer
-// that is not at this step, or garbage) fails this rank.
+// The same over an all-gather of every rank's "<kind>:<tcp lazy><ucx
+// lazy><invalid>:<text>" (the three as 0 or 1; the text is what is
+// invalid where that is 1, else why not UCX). A peer's answer is checked
+// before it is believed: one not of that form (a peer that is not at this
+// step, or garbage) fails this rank.
 TransportVerdict agree_on_transport(const BlobAllgather& allgather, int rank, int size,
-                                    TransportKind kind, const std::string& why_not) {
-  const auto answers = allgather(to_bytes(fmt::format("{}:{}", to_string(kind), why_not)));
+                                    const TransportAsk& ask) {
+  const bool invalid = !ask.invalid.empty();
+  const auto answers = allgather(to_bytes(fmt::format("{}:{}{}{}:{}", to_string(ask.kind),
+                                                      ask.lazy[0] ? 1 : 0, ask.lazy[1] ? 1 : 0,
+                                                      invalid ? 1 : 0,
+                                                      invalid ? ask.invalid : ask.why_not)));
   if (answers.size() != static_cast<std::size_t>(size))
     throw Error(ErrorCode::internal, fmt::format("rank {}: the all-gather returned {} answers for {} "
                                                  "ranks", rank, answers.size(), size));
   TransportVerdict verdict;
+  int lazy_ranks[2] = {0, 0};
   for (int r = 0; r < size; ++r) {
     const std::string answer = to_string(answers[static_cast<std::size_t>(r)]);
     const std::size_t colon = answer.find(':');
     const std::string asked = answer.substr(0, colon);
-    if (colon == std::string::npos || (asked != "auto" && asked != "ucx" && asked != "tcp"))
+    const auto is_bit = [&](std::size_t at) { return answer[at] == '0' || answer[at] == '1'; };
+    if (colon == std::string::npos || (asked != "auto" && asked != "ucx" && asked != "tcp") ||
+        answer.size() < colon + 5 || !is_bit(colon + 1) || !is_bit(colon + 2) ||
+        !is_bit(colon + 3) || answer[colon + 4] != ':')
       throw Error(ErrorCode::peer_failure,
                   fmt::format("rank {}: rank {} sent a malformed transport answer at start-up "
-                              "({} bytes, not \"<auto|ucx|tcp>:<reason>\")",
+                              "({} bytes, not \"<auto|ucx|tcp>:<0|1><0|1><0|1>:<text>\")",
                               rank, r, answer.size()));
-    if (verdict.differing.empty() && asked != to_string(kind))
+    const std::string text = answer.substr(colon + 5);
+    if (answer[colon + 3] == '1') {
+      if (verdict.invalid.empty()) verdict.invalid = fmt::format("rank {}: {}", r, text);
+      continue;
+    }
+    if (verdict.differing.empty() && asked != to_string(ask.kind))
       verdict.differing = fmt::format("rank {} asks for {}", r, asked);
-    if (verdict.cannot_ucx.empty() && colon + 1 < answer.size())
-      verdict.cannot_ucx = fmt::format("rank {} cannot: {}", r, answer.substr(colon + 1));
+    for (std::size_t k = 0; k < 2; ++k) lazy_ranks[k] += answer[colon + 1 + k] == '1' ? 1 : 0;
+    if (verdict.cannot_ucx.empty() && !text.empty())
+      verdict.cannot_ucx = fmt::format("rank {} cannot: {}", r, text);
   }
+  verdict.lazy_ranks = lazy_ranks[networked_index(used_transport(ask.kind, verdict))];
   return verdict;
 }
 
+// Whether this rank would connect a transport of `kind` among `size` ranks
+// lazily (its transport's own rule; throws on a bad setting).
+bool connects_lazily(TransportKind kind, int size) {
+  if (kind == TransportKind::tcp) return transport::TcpTransport::lazy_links(size);
+#if defined(CHORUS_HAVE_UCX)
+  return transport::UcxTransport::lazy_endpoints(size);
+#else
+  return false;
+#endif
+}
+
 // This rank's transport of `kind`, once `agree` (one of the above) has
-// heard every rank: all must ask for the same kind (else every rank fails
-// at once, naming one that differs); with automatic, UCX is used only if
-// every rank could start it, so that no two ranks ever pick different
-// transports; with ucx (forced, no fallback), a rank that cannot start it
-// fails every rank at once, naming itself and why, instead of leaving them
-// at the store until the deadline to report it as a rank that never came.
+// heard every rank: all must ask for the same kind and connect the
+// transport used alike (else every rank fails at once, naming what
+// differs); with automatic, UCX is used only if every rank could start it,
+// so that no two ranks ever pick different transports; with ucx (forced,
+// no fallback), a rank that cannot start it fails every rank at once,
+// naming itself and why, instead of leaving them at the store until the
+// deadline to report it as a rank that never came.
 std::unique_ptr<transport::Transport> choose_transport(
     TransportKind kind, int rank, int size,
-    const std::function<TransportVerdict(const std::string& why_not)>& agree) {
+    const std::function<TransportVerdict(const TransportAsk& ask)>& agree) {
   if (kind == TransportKind::local) {
     if (size != 1)
       throw Error(ErrorCode::invalid_argument,
@@ -322,31 +383,58 @@ std::unique_ptr<transport::Transport> choose_transport(
                               size));
     return std::make_unique<transport::LocalTransport>(transport::LocalFabric::create(1), 0);
   }
+  // A rank asking for tcp never uses UCX: its UCX setting is not compared.
+  // A setting that is invalid here fails every rank at the agreement, not
+  // this rank alone while the others wait for it until the deadline.
+  TransportAsk ask{kind, {false, false}, {}, {}};
+  std::optional<Error> invalid_here;
+  try {
+    ask.lazy[0] = connects_lazily(TransportKind::tcp, size);
+    ask.lazy[1] = kind != TransportKind::tcp && connects_lazily(TransportKind::ucx, size);
+  } catch (const Error& e) {
+    invalid_here = e;
+    ask.invalid = e.what();
+    ask.lazy[0] = ask.lazy[1] = false;
+  }
   std::unique_ptr<transport::Transport> t;
-  std::string why_not;
   ErrorCode code = ErrorCode::peer_failure;  // another rank's failure, unless this one's
-  if (kind != TransportKind::tcp) {
+  if (kind != TransportKind::tcp && !invalid_here) {
     try {
       t = make_ucx(rank, size);
     } catch (const Error& e) {
-      why_not = e.what();
+      ask.why_not = e.what();
       code = e.code();
     }
   }
-  const TransportVerdict verdict = agree(why_not);
+  const TransportVerdict verdict = agree(ask);
+  if (invalid_here) throw *invalid_here;
+  if (!verdict.invalid.empty())
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("rank {}: a setting of another rank is invalid, {}", rank, verdict.invalid));
   if (!verdict.differing.empty())
     throw Error(ErrorCode::mismatched_collective,
                 fmt::format("rank {}: the ranks ask for different transports: {} here "
                             "(CHORUS_TRANSPORT or Options::transport), and {}; every rank must "
                             "ask for the same",
                             rank, to_string(kind), verdict.differing));
-  if (kind == TransportKind::tcp) return std::make_unique<transport::TcpTransport>(rank, size);
-  if (!verdict.cannot_ucx.empty()) {
-    if (kind == TransportKind::ucx)
-      throw Error(code, fmt::format("rank {}: the transport is ucx (CHORUS_TRANSPORT or "
-                                    "Options::transport), and {}",
-                                    rank, verdict.cannot_ucx));
-    if (rank == 0) log::info("transport: tcp (UCX not used: {})", verdict.cannot_ucx);
+  const TransportKind used = used_transport(kind, verdict);
+  if (kind == TransportKind::ucx && used != TransportKind::ucx)
+    throw Error(code, fmt::format("rank {}: the transport is ucx (CHORUS_TRANSPORT or "
+                                  "Options::transport), and {}",
+                                  rank, verdict.cannot_ucx));
+  if (verdict.lazy_ranks != 0 && verdict.lazy_ranks != size) {
+    const bool lazy = ask.lazy[networked_index(used)];
+    throw Error(ErrorCode::mismatched_collective,
+                fmt::format("rank {}: the ranks connect {} differently: {} here, {} on {} of {} "
+                            "ranks ({}); every rank must be given the same",
+                            rank, used == TransportKind::tcp ? "TCP links" : "UCX endpoints",
+                            lazy ? "lazily" : "eagerly", lazy ? "eagerly" : "lazily",
+                            lazy ? size - verdict.lazy_ranks : verdict.lazy_ranks, size,
+                            used == TransportKind::tcp ? "CHORUS_SOCKET_CONNECT" : "CHORUS_UCX_CONNECT"));
+  }
+  if (used == TransportKind::tcp) {
+    if (kind == TransportKind::automatic && rank == 0)
+      log::info("transport: tcp (UCX not used: {})", verdict.cannot_ucx);
     t = std::make_unique<transport::TcpTransport>(rank, size);
   }
   return t;
@@ -403,8 +491,8 @@ void connect_looking_up(transport::Transport& t, std::shared_ptr<Store> store,
 std::unique_ptr<transport::Transport> connect_transport(TransportKind kind, int rank, int size,
                                                         const BlobAllgather& allgather,
                                                         transport::Deadline deadline) {
-  auto t = choose_transport(kind, rank, size, [&](const std::string& why_not) {
-    return agree_on_transport(allgather, rank, size, kind, why_not);
+  auto t = choose_transport(kind, rank, size, [&](const TransportAsk& ask) {
+    return agree_on_transport(allgather, rank, size, ask);
   });
   connect_with(*t, allgather(t->address()), rank, size, deadline);
   return t;
@@ -414,8 +502,8 @@ std::unique_ptr<transport::Transport> connect_transport(TransportKind kind, int 
                                                         std::shared_ptr<Store> store,
                                                         const std::string& key_prefix,
                                                         transport::Deadline deadline) {
-  auto t = choose_transport(kind, rank, size, [&](const std::string& why_not) {
-    return agree_on_transport(*store, key_prefix, rank, size, kind, why_not, deadline);
+  auto t = choose_transport(kind, rank, size, [&](const TransportAsk& ask) {
+    return agree_on_transport(*store, key_prefix, rank, size, ask, deadline);
   });
   if (t->connects_lazily()) {
     connect_looking_up(*t, std::move(store), key_prefix, deadline);

@@ -73,9 +73,10 @@ std::unique_ptr<transport::Transport> make_transport(TransportKind kind, int ran
 
 // Creates this rank's transport, gathers every rank's address with
 // `allgather` (the store, or the caller's own collective, e.g. MPI's) and
-// connects. First every rank tells the kind it asks for and whether it
-// could start UCX (one all-gather): ranks asking for different kinds all
-// throw Error(mismatched_collective) naming one that differs; with
+// connects. First every rank tells the kind it asks for, how it would
+// connect (lazily or not) and whether it could start UCX (one all-gather):
+// ranks asking for different kinds, or connecting the transport used
+// differently, all throw Error(mismatched_collective) naming it; with
 // `automatic`, UCX is used when every rank could start it and TCP
 // otherwise, with the reason logged; with `ucx`, a rank that cannot start
 // it fails every rank.
@@ -83,8 +84,8 @@ std::unique_ptr<transport::Transport> connect_transport(TransportKind kind, int 
                                                         const BlobAllgather& allgather,
                                                         transport::Deadline deadline);
 // The same, meeting at `store`, with O(1) store work per rank where it can:
-// the agreement counts the ranks asking for each kind and those that
-// cannot start UCX, and a
+// the agreement counts the ranks asking for each kind, connecting each
+// lazily and unable to start UCX, and a
 // transport that connects lazily (beyond 64 ranks) connects with
 // connect_looking_up(). Otherwise every rank fetches every address.
 std::unique_ptr<transport::Transport> connect_transport(TransportKind kind, int rank, int size,

@@ -237,6 +237,32 @@ TEST(TransportKind, RanksAskingForDifferentTransportsOverAnAllgatherAllFailNamin
   }
 }
 
+// And ranks that would connect the transport differently (one lazily, the
+// others eagerly) the same way, naming the setting.
+TEST(TransportKind, RanksConnectingDifferentlyOverAnAllgatherAllFailNamingTheSetting) {
+  constexpr int p = 2;
+  ThreadAllgather allgather(p);
+  std::vector<std::string> errors(p);
+  // A fake rank 1: rank 0's answer with its TCP connecting flipped.
+  std::thread rank0([&] {
+    try {
+      connect_transport(TransportKind::tcp, 0, p, allgather.of(0), transport::deadline_after(10));
+      errors[0] = "connected";
+    } catch (const Error& e) {
+      errors[0] = e.code() == ErrorCode::mismatched_collective ? e.what() : "wrong code: " + std::string(e.what());
+    }
+  });
+  const std::string lazy_answer = "tcp:100:";
+  allgather.of(1)(transport::AddressBlob(reinterpret_cast<const std::byte*>(lazy_answer.data()),
+                                         reinterpret_cast<const std::byte*>(lazy_answer.data()) +
+                                             lazy_answer.size()));
+  rank0.join();
+  EXPECT_NE(errors[0].find("connect TCP links differently: eagerly here, lazily on 1 of 2 ranks "
+                           "(CHORUS_SOCKET_CONNECT)"),
+            std::string::npos)
+      << errors[0];
+}
+
 // A peer's answer in that first exchange is checked before it is believed.
 TEST(TransportKind, AMalformedTransportAnswerFailsNamingThePeer) {
   const BlobAllgather garbage_from_rank_1 = [](const transport::AddressBlob& mine) {

@@ -202,6 +202,53 @@ TEST(CommMultiProcessTransports, RanksAskingForDifferentTransportsAllFailAtOnceN
   EXPECT_LT(seconds, 30) << "the ranks waited for the deadline";
 }
 
+// The same for one rank connecting its TCP links lazily where the others
+// connect eagerly: they meet at different keys of the store.
+TEST(CommMultiProcessTransports, RanksConnectingDifferentlyAllFailAtOnceNamingTheSetting) {
+  testing::LoopbackJob job(CHORUS_COMM_WORKER);
+  const auto start = std::chrono::steady_clock::now();
+  job.start("tcp", {"connect"}, 3, {}, -1, {{2, {{"CHORUS_SOCKET_CONNECT", "lazy"}}}});
+  const auto results = job.processes.wait(std::chrono::seconds(50));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(results.size(), 3u);
+  for (std::size_t r = 0; r < results.size(); ++r) {
+    const auto& out = results[r].output;
+    EXPECT_TRUE(!results[r].timed_out && results[r].signal == 0 && results[r].exit_code == 1)
+        << testing::describe(results);
+    EXPECT_NE(out.find("error (mismatched collective)"), std::string::npos) << out;
+    EXPECT_NE(out.find(r == 2 ? "connect TCP links differently: lazily here, eagerly on 2 of 3 ranks"
+                              : "connect TCP links differently: eagerly here, lazily on 1 of 3 ranks"),
+              std::string::npos)
+        << out;
+    EXPECT_NE(out.find("CHORUS_SOCKET_CONNECT"), std::string::npos) << out;
+  }
+  EXPECT_LT(seconds, 30) << "the ranks waited for the deadline";
+}
+
+// A bad value of a setting the agreement reads, on one rank: that rank
+// fails with its own error, the others at once naming it, rather than
+// waiting for it until the deadline.
+TEST(CommMultiProcessTransports, AnInvalidSettingOnOneRankFailsEveryRankAtOnceNamingIt) {
+  testing::LoopbackJob job(CHORUS_COMM_WORKER);
+  const auto start = std::chrono::steady_clock::now();
+  job.start("tcp", {"connect"}, 3, {}, -1, {{2, {{"CHORUS_SOCKET_CONNECT", "bogus"}}}});
+  const auto results = job.processes.wait(std::chrono::seconds(50));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(results.size(), 3u);
+  for (std::size_t r = 0; r < results.size(); ++r) {
+    const auto& out = results[r].output;
+    EXPECT_TRUE(!results[r].timed_out && results[r].signal == 0 && results[r].exit_code == 1)
+        << testing::describe(results);
+    EXPECT_NE(out.find("error (invalid argument)"), std::string::npos) << out;
+    EXPECT_NE(out.find(r == 2 ? "CHORUS_SOCKET_CONNECT='bogus' is not one of auto, eager, lazy"
+                              : "a setting of another rank is invalid, rank 2: "
+                                "CHORUS_SOCKET_CONNECT='bogus'"),
+              std::string::npos)
+        << out;
+  }
+  EXPECT_LT(seconds, 30) << "the ranks waited for the deadline";
+}
+
 // A setting that changes what a rank sends (the host segment, the call
 // check) given to one rank only: every rank fails at creation at once,
 // naming it. Before, CHORUS_SHM=0 on one rank failed the others' set-up
