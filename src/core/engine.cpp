@@ -574,7 +574,83 @@ Counters Communicator::Impl::counters() const {
 }
 
 void Communicator::Impl::run(core::Call& call) {
+  // A parked call run first is finished after the lock is released (its
+  // callbacks may make calls), whatever this call's outcome.
+  std::optional<HandedOff> earlier;
+  struct FinishEarlier {
+    std::optional<HandedOff>& handed;
+    ~FinishEarlier() {
+      if (handed) handed->state->finish(std::move(handed->error));
+    }
+  } finish_earlier{earlier};
   std::lock_guard run_lock(run_mutex);
+  earlier = run_handed_off();
+  run_locked(call);
+}
+
+std::optional<Communicator::Impl::HandedOff> Communicator::Impl::run_handed_off() {
+  Work::State* parked = handoff.load(std::memory_order_acquire);
+  // Emptied meanwhile only by abort() (every other taker holds run_mutex).
+  if (parked == nullptr ||
+      !handoff.compare_exchange_strong(parked, nullptr, std::memory_order_acq_rel))
+    return std::nullopt;
+  HandedOff handed{std::move(parked->parked_self), std::nullopt};
+  core::Call call = std::move(*parked->parked_call);
+  parked->parked_call.reset();
+  try {
+    run_locked(call);
+  } catch (const Error& e) {
+    handed.error = e;
+  } catch (const std::exception& e) {
+    handed.error = Error(ErrorCode::internal, e.what());
+  }
+  return handed;
+}
+
+bool Communicator::Impl::handoff_due() const {
+  return handoff.load(std::memory_order_acquire) != nullptr &&
+         (handoff_expedited.load(std::memory_order_relaxed) ||
+          time_since(handoff_since.load(std::memory_order_relaxed)) >= kDeferredGrace);
+}
+
+bool Communicator::Impl::park(const std::shared_ptr<Work::State>& state, core::Call& call,
+                              std::uint64_t now) {
+  // Nothing queued and nothing running queued calls (read in this order:
+  // the worker sets worker_busy before `queued` drops), so that no older
+  // call is left to run after it; the worker started (it takes the call
+  // if nobody waits for it); the slot empty.
+  if (!worker_started.load(std::memory_order_acquire) ||
+      queued.load(std::memory_order_acquire) != 0 || worker_busy.load(std::memory_order_acquire) ||
+      handoff.load(std::memory_order_relaxed) != nullptr)
+    return false;
+  state->parked_call.emplace(std::move(call));
+  state->parked_self = state;
+  // Before the slot is claimed: a rank racing to park (another thread) may
+  // overwrite them with its own, microseconds apart; the worker reads them
+  // only to decide when to take the call.
+  handoff_since.store(now, std::memory_order_relaxed);
+  handoff_expedited.store(false, std::memory_order_relaxed);
+  Work::State* empty = nullptr;
+  if (!handoff.compare_exchange_strong(empty, state.get(), std::memory_order_seq_cst)) {
+    call = std::move(*state->parked_call);
+    state->parked_call.reset();
+    state->parked_self.reset();
+    return false;
+  }
+  // A worker asleep until notified would not look at the slot: wake it
+  // (Dekker with its worker_sleeps; the lock makes the notify come after it
+  // sleeps, not between its look and its sleep). Once: the later parks
+  // before it runs again (ranks on every core) need not.
+  if (worker_sleeps.load(std::memory_order_seq_cst) &&
+      worker_sleeps.exchange(false, std::memory_order_seq_cst)) {
+    { std::lock_guard queue_lock(queue_mutex); }
+    deferred_wakes.fetch_add(1, std::memory_order_relaxed);
+    queue_cv.notify_all();
+  }
+  return true;
+}
+
+void Communicator::Impl::run_locked(core::Call& call) {
   if (poisoned.load()) throw poisoned_error();
   // Numbered as they run, so that the numbers follow the order in which the
   // ranks' segments and transports see the calls.
@@ -641,6 +717,7 @@ Work Communicator::Impl::submit_async(core::Call call) {
   // The v-forms' layouts of its own (another thread may end this call): the
   // calling thread's borrowed ones go back to it now (coll::VFormLayoutsPtr).
   call.operands.layouts = coll::own_copy(call.operands.layouts);
+  if (deferred && park(state, call, now)) return Work(std::move(state));
   {
     std::lock_guard queue_lock(queue_mutex);
     start_worker();
@@ -697,6 +774,12 @@ void QueueAccess::expedite(Work::State* target) {
 }
 
 void Communicator::Impl::expedite(Work::State* target) {
+  if (handoff.load(std::memory_order_acquire) == target) {
+    handoff_expedited.store(true, std::memory_order_relaxed);
+    { std::lock_guard lock(queue_mutex); }  // a worker between its look and its wait
+    queue_cv.notify_all();
+    return;
+  }
   {
     // The calls before it run first: they start now too. (Not queued any
     // more: it runs or ran, and nothing waits for it.)
@@ -718,6 +801,20 @@ bool Communicator::Impl::run_queued_next(const Work::State* target, double wait_
   // a wait that must return sooner leaves it to the worker, unless what it
   // must do meanwhile is a hook that the call's own waits can run.
   if (progress == nullptr && wait_seconds < timeout_seconds) return false;
+  if (handoff.load(std::memory_order_acquire) == target) {
+    // Parked: run here, unless a call runs now (then the worker takes it
+    // once expedited, and this thread waits on its state).
+    std::optional<HandedOff> handed;
+    {
+      std::unique_lock run_lock(run_mutex, std::try_to_lock);
+      if (!run_lock.owns_lock()) return false;
+      std::optional<ScopedWaitHook> hook;
+      if (progress != nullptr) hook.emplace(*progress);
+      handed = run_handed_off();
+    }
+    if (handed) handed->state->finish(std::move(handed->error));
+    return true;
+  }
   std::unique_lock lock(queue_mutex);
   if (worker_busy.load() || stopping || queue.empty() || queue.front().second.get() != target)
     return false;
@@ -760,7 +857,10 @@ std::chrono::duration<double> Communicator::Impl::time_since(std::uint64_t ticks
 }
 
 void Communicator::Impl::start_worker() {
-  if (!worker.joinable()) worker = std::thread([this] { worker_loop(); });
+  if (!worker.joinable()) {
+    worker = std::thread([this] { worker_loop(); });
+    worker_started.store(true, std::memory_order_release);
+  }
 }
 
 void Communicator::Impl::worker_loop() {
@@ -778,7 +878,7 @@ void Communicator::Impl::worker_loop() {
       return since == 0 || time_since(since) >= kDeferredGrace;
     };
     const auto ready = [&] {
-      return stopping || (!queue.empty() && !worker_busy.load() && front_due());
+      return stopping || handoff_due() || (!queue.empty() && !worker_busy.load() && front_due());
     };
     if (!ready() && point_to_point_pending.load() == 0) {
       // Spin briefly first (yielding): a framework that posts the next call
@@ -789,7 +889,8 @@ void Communicator::Impl::worker_loop() {
       worker_polls = true;
       lock.unlock();
       const auto spin_end = transport::Clock::now() + transport::spin_before_sleep();
-      while (queued.load() == 0 && transport::Clock::now() < spin_end)
+      while (queued.load() == 0 && handoff.load(std::memory_order_relaxed) == nullptr &&
+             transport::Clock::now() < spin_end)
         std::this_thread::yield();
       lock.lock();
       worker_polls = false;
@@ -804,14 +905,21 @@ void Communicator::Impl::worker_loop() {
     if (point_to_point_pending.load() > 0) {
       queue_cv.wait_for(lock, kPointToPointPoll,
                         [&] { return ready() || submitted != submitted_before; });
+    } else if (handoff.load(std::memory_order_acquire) != nullptr) {
+      worker_polls = true;  // a parked call's time: its waiter may run it first
+      const auto left =
+          kDeferredGrace - time_since(handoff_since.load(std::memory_order_relaxed));
+      queue_cv.wait_for(lock, left, woken);
+      worker_polls = false;
     } else if (!queue.empty() && !worker_busy.load() && !front_due()) {
       worker_polls = true;  // a deferred call's time: its waiter may run it first
       // Read now: the waiter may run the call and free its state meanwhile.
       const auto left = kDeferredGrace - time_since(queue.front().second->deferred_since);
       queue_cv.wait_for(lock, left, woken);
       worker_polls = false;
-    } else if ((queue.empty() || worker_busy.load()) && last_deferred != 0 &&
-               time_since(last_deferred) < kDeferredRecent) {
+    } else if (const std::uint64_t latest = std::max(last_deferred, handoff_since.load(std::memory_order_relaxed));
+               (queue.empty() || worker_busy.load()) && latest != 0 &&
+               time_since(latest) < kDeferredRecent) {
       // Nothing to take now (a waiter may be running queued calls): a look
       // every kDeferredPoll, so that deferred calls need not wake it.
       worker_polls = true;
@@ -824,8 +932,27 @@ void Communicator::Impl::worker_loop() {
       // here through a run of deferred calls that their waiters took first,
       // and every submit woke it in vain: 2.0-3.8 us a call instead of 0.9,
       // 8-byte nonblocking calls through libchorus_pmpi after 100 ms
-      // without any.)
-      queue_cv.wait(lock, woken);
+      // without any.) A call parked meanwhile wakes it (park()), also one
+      // that its waiter took before the worker looked: then it polls as
+      // above while such calls keep coming.
+      const std::uint64_t parked_before = handoff_since.load(std::memory_order_relaxed);
+      worker_sleeps.store(true, std::memory_order_seq_cst);
+      queue_cv.wait(lock, [&] {
+        return woken() || handoff.load(std::memory_order_seq_cst) != nullptr ||
+               handoff_since.load(std::memory_order_relaxed) != parked_before;
+      });
+      worker_sleeps.store(false, std::memory_order_relaxed);
+    }
+    if (handoff.load(std::memory_order_acquire) != nullptr && (stopping || handoff_due())) {
+      lock.unlock();
+      std::optional<HandedOff> handed;
+      {
+        std::lock_guard run_lock(run_mutex);
+        handed = run_handed_off();
+      }
+      if (handed) handed->state->finish(std::move(handed->error));
+      lock.lock();
+      continue;
     }
     if (queue.empty() || worker_busy.load() || (!stopping && !front_due())) {
       if (point_to_point_pending.load() > 0) {
@@ -868,6 +995,11 @@ void Communicator::Impl::abort(const std::string& reason) {
     std::lock_guard lock(queue_mutex);
     dropped.swap(queue);
     queued.store(0);
+  }
+  if (Work::State* parked = handoff.exchange(nullptr, std::memory_order_acq_rel)) {
+    std::shared_ptr<Work::State> state = std::move(parked->parked_self);
+    state->parked_call.reset();
+    state->finish(aborted);
   }
   for (auto& [call, state] : dropped) state->finish(aborted);
   queue_cv.notify_all();

@@ -88,6 +88,12 @@ struct Work::State {
   // start at once (expedite()).
   std::uint64_t deferred_since = 0;
   std::atomic<bool> deferred{false};
+  // A deferred call parked in the engine's hand-off slot (Communicator::
+  // Impl::handoff) instead of its queue: the call, and the state's own
+  // reference to itself, which keeps it while parked (the caller may drop
+  // its Work). Both are moved out by the thread that takes it from the slot.
+  std::optional<core::Call> parked_call;
+  std::shared_ptr<State> parked_self;
   void finish(std::optional<Error> e);
 };
 
@@ -162,6 +168,22 @@ struct Communicator::Impl {
   // Runs one call on the transport; throws (and poisons) on error.
   // Numbers the call (its sequence) under run_mutex.
   void run(core::Call& call);
+  void run_locked(core::Call& call);  // the same, with run_mutex held
+  // With run_mutex held: runs the call parked in the hand-off slot, if one
+  // is, and returns its state and outcome, for the caller to finish once
+  // it has released run_mutex (a state's callbacks may make calls). Every
+  // run() does it first: a parked call is older than any call run after it
+  // is parked.
+  struct HandedOff {
+    std::shared_ptr<Work::State> state;
+    std::optional<Error> error;
+  };
+  std::optional<HandedOff> run_handed_off();
+  bool handoff_due() const;  // the worker's to take: expedited, or kDeferredGrace old
+  // Parks `call` (deferred, of `state`, submitted at `now`) in the hand-off
+  // slot when nothing is queued or running there and the slot is empty;
+  // false (nothing moved) otherwise.
+  bool park(const std::shared_ptr<Work::State>& state, core::Call& call, std::uint64_t now);
   // The algorithm with the call check beside it (by messages or through
   // the host segment), for the rows that do not carry it themselves.
   void run_checked(coll::Collective& c, const core::Call& call);
@@ -249,6 +271,23 @@ struct Communicator::Impl {
   // dequeued calls; only one at a time does, so they run in queue order.
   // Written under queue_mutex; submit() reads it without.
   std::atomic<bool> worker_busy{false};
+  // The hand-off slot: one deferred call submitted while nothing was queued
+  // or running, for its waiter to run on its own thread (run_queued_next())
+  // without the queue's mutex: a nonblocking call waited for at once (an
+  // MPI_Ixxx and its MPI_Wait through libchorus_pmpi) then takes no lock
+  // but the run lock, which its thread holds biased. Taken (compare-and-
+  // swap to null) only with run_mutex held, or by abort(); the worker takes
+  // it kDeferredGrace after `handoff_since` (the call_clock ticks of its
+  // submit), or at once once `handoff_expedited`. Calls queued meanwhile
+  // are younger, and run after it: every run() empties the slot first.
+  std::atomic<Work::State*> handoff{nullptr};
+  std::atomic<std::uint64_t> handoff_since{0};
+  std::atomic<bool> handoff_expedited{false};
+  std::atomic<bool> worker_started{false};  // set once, under queue_mutex
+  // The worker is in (or about to enter) its wait that only a notify ends:
+  // a call parked meanwhile wakes it (Dekker with `handoff`, both
+  // sequentially consistent), so that its 1 ms limit holds.
+  std::atomic<bool> worker_sleeps{false};
   std::shared_ptr<QueueAccess> queue_access = std::make_shared<QueueAccess>(this);
   bool stopping = false;
   // Deferred calls (CallOptions::deferred), under queue_mutex: when the last

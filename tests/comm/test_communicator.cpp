@@ -399,6 +399,70 @@ TEST(Communicator, ADeferredCallRunsWhenNobodyWaitsAndInOrderWhenALaterOneIsWait
   }));
 }
 
+// A deferred call submitted while nothing is queued waits in the engine's
+// hand-off slot, not its queue (engine.hpp), for its waiter to run. It is
+// still older than every call after it: a blocking call, and an async one
+// the worker runs, each run it first. Rank 0 makes its broadcast deferred
+// and waits for it last; rank 1 makes the same calls blocking, in order.
+// Run in the wrong order, the ranks would fail on mismatched calls.
+TEST(Communicator, AParkedDeferredCallRunsBeforeTheCallsMadeAfterIt) {
+  expect_all_ok(run_ranks(2, [](Communicator& comm) {
+    CallOptions deferred;
+    deferred.deferred = true;
+    std::int64_t warm = 1;  // the worker starts at the first async call
+    comm.allreduce_async(&warm, &warm, 1, DataType::int64, ReduceOp::sum, deferred).wait_progressing([] {});
+    for (int round = 0; round < 20; ++round) {
+      std::int64_t value = comm.rank() == 0 ? 100 + round : 0, sum = 1, queued = comm.rank();
+      if (comm.rank() == 0) {
+        Work parked = comm.broadcast_async(&value, 1, DataType::int64, 0, deferred);
+        if (round % 2 == 0) {
+          comm.allreduce(&sum, &sum, 1, DataType::int64, ReduceOp::sum);
+        } else {
+          Work later = comm.allreduce_async(&sum, &sum, 1, DataType::int64, ReduceOp::sum);
+          if (!later.wait(20s)) throw std::runtime_error("the later call did not end");
+        }
+        comm.allreduce_async(&queued, &queued, 1, DataType::int64, ReduceOp::sum, deferred)
+            .wait_progressing([] {});
+        if (!parked.test()) throw std::runtime_error("the parked call had not run before the later ones");
+        parked.wait();
+      } else {
+        comm.broadcast(&value, 1, DataType::int64, 0);
+        comm.allreduce(&sum, &sum, 1, DataType::int64, ReduceOp::sum);
+        comm.allreduce(&queued, &queued, 1, DataType::int64, ReduceOp::sum);
+      }
+      if (value != 100 + round || sum != 2 || queued != 1)
+        throw std::runtime_error("wrong results in round " + std::to_string(round));
+    }
+  }));
+}
+
+// A parked call that a peer never joins ends with the abort at once.
+TEST(Failure, AbortEndsAParkedDeferredCallAtOnce) {
+  const auto outcomes = run_ranks(2, [](Communicator& comm) {
+    CallOptions deferred;
+    deferred.deferred = true;
+    std::int64_t warm = 1;
+    comm.allreduce_async(&warm, &warm, 1, DataType::int64, ReduceOp::sum, deferred).wait_progressing([] {});
+    if (comm.rank() == 1) {
+      std::this_thread::sleep_for(1500ms);  // never joins the next call
+      return;
+    }
+    std::int64_t x = 1;
+    Work parked = comm.allreduce_async(&x, &x, 1, DataType::int64, ReduceOp::sum, deferred);
+    const auto start = std::chrono::steady_clock::now();
+    comm.abort("test abort");
+    try {
+      parked.wait(5s);
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::aborted) throw std::runtime_error(std::string("wrong code: ") + e.what());
+      if (std::chrono::steady_clock::now() - start > 1s) throw std::runtime_error("abort was slow");
+      return;
+    }
+    throw std::runtime_error("aborted work succeeded");
+  });
+  EXPECT_FALSE(outcomes[0].failed) << outcomes[0].message;
+}
+
 // The worker, idle for longer than it polls for deferred calls, is woken by
 // the first of a new run of them, and then looks at them on its own time:
 // the later ones' submits do not wake it again (each such wake-up cost an
