@@ -11,6 +11,8 @@
 #include <chrono>
 #include <csignal>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <regex>
 
 namespace chorus {
@@ -179,74 +181,63 @@ TEST_P(CommMultiProcess, RankThatNeverCallsTimesOutNamingTheCall) {
       << testing::describe(results);
 }
 
-// One rank asking for another transport than the rest (CHORUS_TRANSPORT=tcp
-// where the others choose automatically): every rank fails at creation at
-// once, naming the transports and a rank that differs. Before, each kind
-// waited at the store for keys the other never set, and all reported
-// "never arrived" at the deadline (60 s here).
-TEST(CommMultiProcessTransports, RanksAskingForDifferentTransportsAllFailAtOnceNamingThem) {
+// Creates a communicator on 3 ranks of `transport`, rank 2 with `rank2`'s
+// settings: every rank must fail at creation (exit 1) at once, well before
+// the deadline (60 s here) at which ranks waiting for keys that never come
+// would give up, and say what each `says(rank)` holds: each string in its
+// output.
+void expect_creation_fails_on_every_rank_at_once(
+    const std::string& transport, const std::map<std::string, std::string>& rank2,
+    const std::function<std::vector<std::string>(std::size_t rank)>& says) {
   testing::LoopbackJob job(CHORUS_COMM_WORKER);
   const auto start = std::chrono::steady_clock::now();
-  job.start("auto", {"connect"}, 3, {}, -1, {{2, {{"CHORUS_TRANSPORT", "tcp"}}}});
+  job.start(transport, {"connect"}, 3, {}, -1, {{2, rank2}});
   const auto results = job.processes.wait(std::chrono::seconds(50));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_EQ(results.size(), 3u);
   for (std::size_t r = 0; r < results.size(); ++r) {
-    const auto& out = results[r].output;
     EXPECT_TRUE(!results[r].timed_out && results[r].signal == 0 && results[r].exit_code == 1)
         << testing::describe(results);
-    EXPECT_NE(out.find("error (mismatched collective)"), std::string::npos) << out;
-    EXPECT_NE(out.find("the ranks ask for different transports"), std::string::npos) << out;
-    EXPECT_NE(out.find(r == 2 ? "tcp here" : "rank 2 asks for tcp"), std::string::npos) << out;
+    for (const std::string& text : says(r))
+      EXPECT_NE(results[r].output.find(text), std::string::npos) << text << "\n" << results[r].output;
   }
   EXPECT_LT(seconds, 30) << "the ranks waited for the deadline";
+}
+
+// One rank asking for another transport than the rest (CHORUS_TRANSPORT=tcp
+// where the others choose automatically): every rank fails at creation at
+// once, naming the transports and a rank that differs. Before, each kind
+// waited at the store for keys the other never set, and all reported
+// "never arrived" at the deadline.
+TEST(CommMultiProcessTransports, RanksAskingForDifferentTransportsAllFailAtOnceNamingThem) {
+  expect_creation_fails_on_every_rank_at_once("auto", {{"CHORUS_TRANSPORT", "tcp"}}, [](std::size_t r) {
+    return std::vector<std::string>{"error (mismatched collective)",
+                                    "the ranks ask for different transports",
+                                    r == 2 ? "tcp here" : "rank 2 asks for tcp"};
+  });
 }
 
 // The same for one rank connecting its TCP links lazily where the others
 // connect eagerly: they meet at different keys of the store.
 TEST(CommMultiProcessTransports, RanksConnectingDifferentlyAllFailAtOnceNamingTheSetting) {
-  testing::LoopbackJob job(CHORUS_COMM_WORKER);
-  const auto start = std::chrono::steady_clock::now();
-  job.start("tcp", {"connect"}, 3, {}, -1, {{2, {{"CHORUS_SOCKET_CONNECT", "lazy"}}}});
-  const auto results = job.processes.wait(std::chrono::seconds(50));
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  ASSERT_EQ(results.size(), 3u);
-  for (std::size_t r = 0; r < results.size(); ++r) {
-    const auto& out = results[r].output;
-    EXPECT_TRUE(!results[r].timed_out && results[r].signal == 0 && results[r].exit_code == 1)
-        << testing::describe(results);
-    EXPECT_NE(out.find("error (mismatched collective)"), std::string::npos) << out;
-    EXPECT_NE(out.find(r == 2 ? "connect TCP links differently: lazily here, eagerly on 2 of 3 ranks"
-                              : "connect TCP links differently: eagerly here, lazily on 1 of 3 ranks"),
-              std::string::npos)
-        << out;
-    EXPECT_NE(out.find("CHORUS_SOCKET_CONNECT"), std::string::npos) << out;
-  }
-  EXPECT_LT(seconds, 30) << "the ranks waited for the deadline";
+  expect_creation_fails_on_every_rank_at_once("tcp", {{"CHORUS_SOCKET_CONNECT", "lazy"}}, [](std::size_t r) {
+    return std::vector<std::string>{
+        "error (mismatched collective)", "(CHORUS_SOCKET_CONNECT)",
+        r == 2 ? "connect TCP links differently: lazily here, eagerly on 2 of 3 ranks"
+               : "connect TCP links differently: eagerly here, lazily on 1 of 3 ranks"};
+  });
 }
 
 // A bad value of a setting the agreement reads, on one rank: that rank
 // fails with its own error, the others at once naming it, rather than
 // waiting for it until the deadline.
 TEST(CommMultiProcessTransports, AnInvalidSettingOnOneRankFailsEveryRankAtOnceNamingIt) {
-  testing::LoopbackJob job(CHORUS_COMM_WORKER);
-  const auto start = std::chrono::steady_clock::now();
-  job.start("tcp", {"connect"}, 3, {}, -1, {{2, {{"CHORUS_SOCKET_CONNECT", "bogus"}}}});
-  const auto results = job.processes.wait(std::chrono::seconds(50));
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  ASSERT_EQ(results.size(), 3u);
-  for (std::size_t r = 0; r < results.size(); ++r) {
-    const auto& out = results[r].output;
-    EXPECT_TRUE(!results[r].timed_out && results[r].signal == 0 && results[r].exit_code == 1)
-        << testing::describe(results);
-    EXPECT_NE(out.find("error (invalid argument)"), std::string::npos) << out;
-    EXPECT_NE(out.find(r == 2 ? "CHORUS_SOCKET_CONNECT='bogus' is not one of auto, eager, lazy"
-                              : "a setting of another rank is invalid, rank 2: "
-                                "CHORUS_SOCKET_CONNECT='bogus'"),
-              std::string::npos)
-        << out;
-  }
-  EXPECT_LT(seconds, 30) << "the ranks waited for the deadline";
+  expect_creation_fails_on_every_rank_at_once("tcp", {{"CHORUS_SOCKET_CONNECT", "bogus"}}, [](std::size_t r) {
+    return std::vector<std::string>{
+        "error (invalid argument)",
+        r == 2 ? "CHORUS_SOCKET_CONNECT='bogus' is not one of auto, eager, lazy"
+               : "a setting of another rank is invalid, rank 2: CHORUS_SOCKET_CONNECT='bogus'"};
+  });
 }
 
 // A setting that changes what a rank sends (the host segment, the call
@@ -255,20 +246,12 @@ TEST(CommMultiProcessTransports, AnInvalidSettingOnOneRankFailsEveryRankAtOnceNa
 // on a message of the wrong size, and CHORUS_CHECK=0 on one rank let it
 // succeed while the others failed its first call as another collective.
 TEST(CommMultiProcessTransports, ASettingGivenToOneRankOnlyFailsEveryRankAtCreationNamingIt) {
-  for (const char* variable : {"CHORUS_SHM", "CHORUS_CHECK"}) {
-    testing::LoopbackJob job(CHORUS_COMM_WORKER);
-    job.start("tcp", {"connect"}, 3, {}, -1, {{2, {{variable, "0"}}}});
-    const auto results = job.processes.wait(std::chrono::seconds(50));
-    ASSERT_EQ(results.size(), 3u);
-    for (std::size_t r = 0; r < results.size(); ++r) {
-      const auto& out = results[r].output;
-      EXPECT_TRUE(!results[r].timed_out && results[r].signal == 0 && results[r].exit_code == 1)
-          << variable << "\n" << testing::describe(results);
-      EXPECT_NE(out.find("error (mismatched collective)"), std::string::npos) << out;
-      EXPECT_NE(out.find(std::string(variable) + " differs between this rank (" + (r == 2 ? "0" : "1")),
-                std::string::npos)
-          << out;
-    }
+  for (const std::string variable : {"CHORUS_SHM", "CHORUS_CHECK"}) {
+    SCOPED_TRACE(variable);
+    expect_creation_fails_on_every_rank_at_once("tcp", {{variable, "0"}}, [&](std::size_t r) {
+      return std::vector<std::string>{"error (mismatched collective)",
+                                      variable + " differs between this rank (" + (r == 2 ? "0" : "1")};
+    });
   }
 }
 
@@ -276,20 +259,11 @@ TEST(CommMultiProcessTransports, ASettingGivenToOneRankOnlyFailsEveryRankAtCreat
 // UCX forced (no fallback to tcp) and one rank unable to start it (its
 // UCX_TLS names no transport): every rank fails at creation at once, naming
 // that rank and UCX's error, rather than the others waiting at the store
-// until the deadline (60 s here) to report a rank that never came.
+// until the deadline to report a rank that never came.
 TEST(CommMultiProcessUcx, ARankThatCannotStartAForcedUcxFailsEveryRankAtOnce) {
-  testing::LoopbackJob job(CHORUS_COMM_WORKER);
-  const auto start = std::chrono::steady_clock::now();
-  job.start("ucx", {"connect"}, 3, {}, -1, {{2, {{"UCX_TLS", "no_such_transport"}}}});
-  const auto results = job.processes.wait(std::chrono::seconds(50));
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  ASSERT_EQ(results.size(), 3u);
-  for (const auto& r : results) {
-    EXPECT_TRUE(!r.timed_out && r.signal == 0 && r.exit_code == 1) << testing::describe(results);
-    EXPECT_NE(r.output.find("the transport is ucx"), std::string::npos) << r.output;
-    EXPECT_NE(r.output.find("rank 2 cannot: UCX"), std::string::npos) << r.output;
-  }
-  EXPECT_LT(seconds, 30) << "the ranks waited for the deadline";
+  expect_creation_fails_on_every_rank_at_once("ucx", {{"UCX_TLS", "no_such_transport"}}, [](std::size_t) {
+    return std::vector<std::string>{"the transport is ucx", "rank 2 cannot: UCX"};
+  });
 }
 #endif
 
