@@ -30,12 +30,14 @@ using chorus::ReduceOp;
 // Below this many bytes Open MPI's shared-memory path is as fast or faster
 // on one host even against Chorus's host segment, for the calls not in
 // kEverySize, in some of the machine's states: through this library at
-// p = 2, 8 B, MPI_Reduce, MPI_Gather and MPI_Scatter run at 0.74-1.00x of
-// Open MPI's own time and MPI_Bcast at 0.78-1.05x from one series to the
-// next (medians); the nonblocking exchanges, since their call's state has
-// no mutex of its own, at 0.89-1.22x at 8 B and 0.78-1.22x at 128 B (p = 2
-// and 4), MPI_Ibcast at 0.57-1.47x, MPI_Allgatherv at 128 B 0.80-0.93x at
-// p = 2 (docs/performance.md "Twenty-second pass", "Twenty-third pass").
+// p = 2, 8 B, MPI_Reduce, MPI_Gather and MPI_Scatter run at 0.74-1.15x of
+// Open MPI's own time and MPI_Bcast at 0.78-1.16x from one series to the
+// next (medians), and at 128 B 0.65-0.76x in one; the nonblocking
+// exchanges, since a call waited for at once takes no queue mutex, at
+// 1.19-1.20x at 8 B, p = 2, but 0.88-0.96x at 8 B, p = 4, and 0.93-1.03x at
+// 128 B, p = 2, MPI_Ibcast at 0.96-1.65x, MPI_Allgatherv at 128 B
+// 0.80-0.93x at p = 2 (docs/performance.md "Twenty-second pass" to
+// "Twenty-fourth pass").
 // From 1 KiB every collective is faster on Chorus (docs/mpi.md has the
 // measurements), the nonblocking ones too, since their MPI_Wait runs the
 // call itself: 1.25-2.33x of Open MPI's own at p = 2 and 1.52-4.0x at p = 4
