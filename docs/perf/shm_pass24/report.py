@@ -29,6 +29,20 @@ def engine_alone(path):
               f"{statistics.median(after) / statistics.median(before):.2f} |")
 
 
+def alltoall_1m(directory):
+    import csv
+    print('\nStep 4: alltoall 1 MiB beside Open MPI in the same launch (speedup = MPI time / Chorus time)')
+    print('| p | launch by launch | median | Chorus us, median | Open MPI us, median |')
+    print('| --- | --- | --- | --- | --- |')
+    for p in (2, 4):
+        paths = sorted(glob.glob(f'{directory}/a2a_p{p}_*.csv'), key=lambda x: int(x.rsplit('_', 1)[1][:-4]))
+        rows = [next(csv.DictReader(open(path))) for path in paths]
+        speedups = [float(r['speedup']) for r in rows]
+        print(f"| {p} | {' '.join(f'{x:.2f}' for x in speedups)} | {statistics.median(speedups):.2f} | "
+              f"{statistics.median(float(r['oop_time_us']) for r in rows):.1f} | "
+              f"{statistics.median(float(r['mpi_time_us']) for r in rows):.1f} |")
+
+
 def main():
     for path in sorted(glob.glob(f'{here}/nonblocking_p*.csv')):
         table(path, ['before', 'after'], 'Step 1: the nonblocking calls, 5cdf827 and this build', paired=True)
@@ -36,6 +50,8 @@ def main():
         table(path, ['chorus'], 'Step 2: the calls that kept the threshold')
     if os.path.exists(f'{here}/engine_alone.csv'):
         engine_alone(f'{here}/engine_alone.csv')
+    if os.path.isdir(f'{here}/alltoall_1M'):
+        alltoall_1m(f'{here}/alltoall_1M')
 
 
 if __name__ == '__main__':

@@ -10,7 +10,7 @@
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 here=docs/perf/shm_pass24
 out=${OUT:-$here}; LIB=$PWD/build/src
-STEPS=${STEPS:-123}
+STEPS=${STEPS:-1234}
 mkdir -p "$out"
 mpicxx -O2 -o /tmp/call_loops docs/perf/shm_pass15/call_loops.cpp
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
@@ -78,4 +78,15 @@ if [[ $STEPS == *3* ]]; then
       done
     done
   done > $out/engine_alone.csv
+fi
+
+# 4. Alltoall at 1 MiB beside Open MPI in the same launch (5 rounds of 50
+#    calls, Chorus and MPI in turn), p = 2 and 4, 7 launches each: issue
+#    17's one cell under 1.0 in the twenty-third pass. Into alltoall_1M/.
+if [[ $STEPS == *4* ]]; then
+  mkdir -p $out/alltoall_1M
+  for rep in 1 2 3 4 5 6 7; do for p in 2 4; do
+    mpirun --oversubscribe -np $p build/bin/alltoall_perf -b 1M -e 1M -n 50 -w 5 --rounds 5 --mpi -X ucx \
+      -c 0 --csv $out/alltoall_1M/a2a_p${p}_$rep.csv >/dev/null 2>&1
+  done; done
 fi
