@@ -237,14 +237,14 @@ void wait_for_every_rank(Store& store, const std::string& stage, int rank, int s
 // What the ranks agree on before any transport exists. Every rank tells
 // what it asks for: the transport (CHORUS_TRANSPORT or Options::transport),
 // whether it would connect each networked transport lazily
-// (CHORUS_SOCKET_CONNECT, CHORUS_UCX_CONNECT) and, unless it asks for
-// tcp, whether it could start UCX, or that one of those settings is
-// invalid on it; all get the same verdict. Each rank
-// starts only the rendezvous its own settings call for, so ranks that
-// differ would otherwise each wait at the store for keys the others never
-// set, until the deadline, and report ranks that "never arrived" (or, over
-// a caller's all-gather, take one step's answers as another step's
-// addresses: through libchorus_pmpi, a job that hung).
+// (CHORUS_SOCKET_CONNECT, CHORUS_UCX_CONNECT) and, unless it asks for tcp,
+// whether it could start UCX; or that one of those settings is invalid on
+// it. All get the same verdict. Each rank starts only the rendezvous its
+// own settings call for, so ranks that differ would otherwise each wait at
+// the store for keys the others never set, until the deadline, and report
+// ranks that "never arrived" (or, over a caller's all-gather, take one
+// step's answers as another step's addresses: through libchorus_pmpi, a
+// job that hung).
 struct TransportAsk {
   TransportKind kind;
   bool lazy[2];         // connecting lazily, by networked_index(): tcp, ucx
