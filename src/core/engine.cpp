@@ -580,7 +580,7 @@ void Communicator::Impl::run(core::Call& call) {
   struct FinishEarlier {
     std::optional<HandedOff>& handed;
     ~FinishEarlier() {
-      if (handed) handed->state->finish(std::move(handed->error));
+      if (handed) handed->finish();
     }
   } finish_earlier{earlier};
   std::lock_guard run_lock(run_mutex);
@@ -625,7 +625,7 @@ bool Communicator::Impl::park(const std::shared_ptr<Work::State>& state, core::C
     return false;
   state->parked_call.emplace(std::move(call));
   state->parked_self = state;
-  // Before the slot is claimed: a rank racing to park (another thread) may
+  // Before the slot is claimed: another thread racing to park may
   // overwrite them with its own, microseconds apart; the worker reads them
   // only to decide when to take the call.
   handoff_since.store(now, std::memory_order_relaxed);
@@ -812,7 +812,7 @@ bool Communicator::Impl::run_queued_next(const Work::State* target, double wait_
       if (progress != nullptr) hook.emplace(*progress);
       handed = run_handed_off();
     }
-    if (handed) handed->state->finish(std::move(handed->error));
+    if (handed) handed->finish();
     return true;
   }
   std::unique_lock lock(queue_mutex);
@@ -917,7 +917,8 @@ void Communicator::Impl::worker_loop() {
       const auto left = kDeferredGrace - time_since(queue.front().second->deferred_since);
       queue_cv.wait_for(lock, left, woken);
       worker_polls = false;
-    } else if (const std::uint64_t latest = std::max(last_deferred, handoff_since.load(std::memory_order_relaxed));
+    } else if (const std::uint64_t latest =
+                   std::max(last_deferred, handoff_since.load(std::memory_order_relaxed));
                (queue.empty() || worker_busy.load()) && latest != 0 &&
                time_since(latest) < kDeferredRecent) {
       // Nothing to take now (a waiter may be running queued calls): a look
@@ -943,14 +944,14 @@ void Communicator::Impl::worker_loop() {
       });
       worker_sleeps.store(false, std::memory_order_relaxed);
     }
-    if (handoff.load(std::memory_order_acquire) != nullptr && (stopping || handoff_due())) {
+    if (stopping ? handoff.load(std::memory_order_acquire) != nullptr : handoff_due()) {
       lock.unlock();
       std::optional<HandedOff> handed;
       {
         std::lock_guard run_lock(run_mutex);
         handed = run_handed_off();
       }
-      if (handed) handed->state->finish(std::move(handed->error));
+      if (handed) handed->finish();
       lock.lock();
       continue;
     }

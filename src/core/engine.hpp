@@ -181,6 +181,7 @@ struct Communicator::Impl {
   struct HandedOff {
     std::shared_ptr<Work::State> state;
     std::optional<Error> error;
+    void finish() { state->finish(std::move(error)); }
   };
   std::optional<HandedOff> run_handed_off();
   bool handoff_due() const;  // the worker's to take: expedited, or kDeferredGrace old
