@@ -237,44 +237,49 @@ TEST(TransportKind, RanksAskingForDifferentTransportsOverAnAllgatherAllFailNamin
   }
 }
 
+// Rank 0 of 2 asking for tcp (eager: 2 ranks), its all-gather's rank 1 a
+// fake that answers `rank1` in the first exchange: the Error rank 0 throws.
+Error rank0_against(const std::string& rank1) {
+  const BlobAllgather with_fake_rank1 = [&](const transport::AddressBlob& mine) {
+    const auto* bytes = reinterpret_cast<const std::byte*>(rank1.data());
+    return std::vector<transport::AddressBlob>{mine, transport::AddressBlob(bytes, bytes + rank1.size())};
+  };
+  try {
+    connect_transport(TransportKind::tcp, 0, 2, with_fake_rank1, transport::deadline_after(5));
+  } catch (const Error& e) {
+    return e;
+  }
+  ADD_FAILURE() << "rank 0 connected against the answer '" << rank1 << "'";
+  return Error(ErrorCode::internal, "connected");
+}
+
 // And ranks that would connect the transport differently (one lazily, the
 // others eagerly) the same way, naming the setting.
 TEST(TransportKind, RanksConnectingDifferentlyOverAnAllgatherAllFailNamingTheSetting) {
-  constexpr int p = 2;
-  ThreadAllgather allgather(p);
-  std::vector<std::string> errors(p);
-  // A fake rank 1: rank 0's answer with its TCP connecting flipped.
-  std::thread rank0([&] {
-    try {
-      connect_transport(TransportKind::tcp, 0, p, allgather.of(0), transport::deadline_after(10));
-      errors[0] = "connected";
-    } catch (const Error& e) {
-      errors[0] = e.code() == ErrorCode::mismatched_collective ? e.what() : "wrong code: " + std::string(e.what());
-    }
-  });
-  const std::string lazy_answer = "tcp:100:";
-  allgather.of(1)(transport::AddressBlob(reinterpret_cast<const std::byte*>(lazy_answer.data()),
-                                         reinterpret_cast<const std::byte*>(lazy_answer.data()) +
-                                             lazy_answer.size()));
-  rank0.join();
-  EXPECT_NE(errors[0].find("connect TCP links differently: eagerly here, lazily on 1 of 2 ranks "
-                           "(CHORUS_SOCKET_CONNECT)"),
+  const Error e = rank0_against("tcp:100:");  // rank 1 connects TCP lazily
+  EXPECT_EQ(e.code(), ErrorCode::mismatched_collective) << e.what();
+  EXPECT_NE(std::string(e.what()).find("connect TCP links differently: eagerly here, lazily on 1 "
+                                       "of 2 ranks (CHORUS_SOCKET_CONNECT)"),
             std::string::npos)
-      << errors[0];
+      << e.what();
+}
+
+// A rank whose connect setting is invalid says so in the same exchange:
+// the others fail at once, naming it and what is wrong.
+TEST(TransportKind, AnInvalidSettingOfAPeerOverAnAllgatherFailsNamingIt) {
+  const Error e = rank0_against("tcp:001:CHORUS_SOCKET_CONNECT='x' is not one of auto, eager, lazy");
+  EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << e.what();
+  EXPECT_NE(std::string(e.what()).find("a setting of another rank is invalid, rank 1: "
+                                       "CHORUS_SOCKET_CONNECT='x'"),
+            std::string::npos)
+      << e.what();
 }
 
 // A peer's answer in that first exchange is checked before it is believed.
 TEST(TransportKind, AMalformedTransportAnswerFailsNamingThePeer) {
-  const BlobAllgather garbage_from_rank_1 = [](const transport::AddressBlob& mine) {
-    const char noise[] = "\x01\x02no kind";
-    return std::vector<transport::AddressBlob>{
-        mine, transport::AddressBlob(reinterpret_cast<const std::byte*>(noise),
-                                     reinterpret_cast<const std::byte*>(noise) + sizeof noise)};
-  };
-  try {
-    connect_transport(TransportKind::tcp, 0, 2, garbage_from_rank_1, transport::deadline_after(5));
-    ADD_FAILURE() << "a malformed answer was believed";
-  } catch (const Error& e) {
+  for (const std::string& garbage : {std::string("\x01\x02no kind", 10), std::string("tcp:1"),
+                                    std::string("tcp:1x0:"), std::string("udp:000:")}) {
+    const Error e = rank0_against(garbage);
     EXPECT_EQ(e.code(), ErrorCode::peer_failure) << e.what();
     EXPECT_NE(std::string(e.what()).find("rank 1 sent a malformed transport answer"), std::string::npos)
         << e.what();
