@@ -885,7 +885,7 @@ const std::byte* find_block(const Collective& c, int writer, std::size_t bytes, 
   const shm::SlotHeader& header = host.header(writer, c.sequence);
   const std::byte* data = host.data(writer, c.sequence);
   const std::size_t table = block_table_bytes(p), written = header.bytes();
-  const std::size_t room = header.in_entry() ? shm::kEntryDataBytes : host.slot_bytes();
+  const std::size_t room = host.room(writer, c.sequence);
   const auto size_of_block = [&](int q) {
     std::uint32_t n = 0;
     std::memcpy(&n, data + static_cast<std::size_t>(q) * 4, 4);

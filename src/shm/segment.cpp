@@ -83,8 +83,11 @@ std::size_t digests_offset(int size) {
 std::size_t ring_offset(int size) {
   return digests_offset(size) + static_cast<std::size_t>(size) * kDigestStride;
 }
-std::size_t slots_offset(int size) {
+std::size_t small_slots_offset(int size) {
   return ring_offset(size) + static_cast<std::size_t>(size) * kRingStride;
+}
+std::size_t slots_offset(int size) {
+  return small_slots_offset(size) + static_cast<std::size_t>(size) * kSmallSlotStride;
 }
 
 // State (field 3) and start time (field 22) of a process; false when it is gone.
@@ -307,6 +310,7 @@ Segment::Segment(int rank, int size, std::size_t slot_bytes, std::string name, v
       digests_(reinterpret_cast<std::atomic<std::uint64_t>*>(static_cast<std::byte*>(base) +
                                                              digests_offset(size))),
       ring_(static_cast<std::byte*>(base) + ring_offset(size)),
+      small_slots_(static_cast<std::byte*>(base) + small_slots_offset(size)),
       slots_(static_cast<std::byte*>(base) + slots_offset(size)),
       slot_stride_(slot_stride(slot_bytes)),
       // A segment of one host's ranks within a larger communicator yields
@@ -321,7 +325,8 @@ std::atomic<std::uint64_t>& Segment::retired_word(int rank) const noexcept {
   return reinterpret_cast<RetiredWord*>(static_cast<std::byte*>(base_) + retired_offset(size_))[rank].call;
 }
 
-std::string Segment::describe_writable_wait(int behind, std::uint64_t sequence, bool ring_full) const {
+std::string Segment::describe_writable_wait(int behind, std::uint64_t sequence, bool ring_full,
+                                            std::uint64_t slot_free_from) const {
   if (ring_full)
     return fmt::format("rank {} to finish with call #{} (before rank {}'s call #{} may reuse its "
                        "shared-memory ring entry; it compares its successor's call {} calls late)",
@@ -329,13 +334,13 @@ std::string Segment::describe_writable_wait(int behind, std::uint64_t sequence, 
                        kRingDepth);
   return fmt::format("rank {} to begin call #{} (before rank {}'s call #{} may reuse its "
                      "shared-memory slot)",
-                     comm_rank(behind), sequence - 1, comm_rank(rank_), sequence);
+                     comm_rank(behind), slot_free_from, comm_rank(rank_), sequence);
 }
 
 void Segment::publish(std::uint64_t sequence, std::uint64_t bytes) {
   SlotHeader& mine = header(rank_, sequence);
   // Below 2 GiB (a slot, or a stream's whole size), under the place bit.
-  mine.size_and_place = (mine.size_and_place & SlotHeader::kInLargeSlot) | static_cast<std::uint32_t>(bytes);
+  mine.size_and_place = (mine.size_and_place & SlotHeader::kInSlot) | static_cast<std::uint32_t>(bytes);
   store_and_wake(mine.sequence, sequence);
   // The next call's entry was last read a ring ago: taken back now, its
   // transfer overlaps the caller's work instead of holding up the next

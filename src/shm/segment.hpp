@@ -4,13 +4,15 @@
 //
 // Layout: a header, a wake word, an abort notice, one record per rank (its
 // pid, for liveness), one "retired" word per rank, kRingDepth signature
-// digests per rank, a ring of kRingDepth entries per rank, and two large
-// slots per rank. Call s writes only its own rank's entry s % kRingDepth
-// (single writer, any readers): a 32-byte header (the call's sequence
-// number, most of its signature, the bytes written) followed by up to
-// kEntryDataBytes of data, or, for more, its large slot s % 2 (up to
-// slot_bytes()), and a 16-byte tail (the rest of the signature, a word for
-// a call's second step); and its digest word s % kRingDepth.
+// digests per rank, a ring of kRingDepth entries per rank, kSmallSlots
+// small slots per rank and two large slots per rank. Call s writes only
+// its own rank's entry s % kRingDepth (single writer, any readers): a
+// 32-byte header (the call's sequence number, most of its signature, the
+// bytes written) followed by up to kEntryDataBytes of data, or, for more,
+// a word naming the slot that holds it: up to kSmallSlotBytes, the next of
+// its small slots in turn; beyond, its large slot s % 2 (up to
+// slot_bytes()); then a 16-byte tail (the rest of the signature, a word
+// for a call's second step); and its digest word s % kRingDepth.
 //
 // Reuse without reference counts or allocation: a rank reads what a call
 // wrote within that call, except one thing: every rank compares its
@@ -19,12 +21,16 @@
 // reduce's other ranks), by their digests (each covers every call up to
 // its own, so one word read compares many calls), and says how far it has
 // compared in its retired word. So an entry is rewritten only once every
-// rank has retired the call it holds, and a large slot (parity) only once
-// every rank has begun the call before, which each does only after it
-// finished reading the one before that. A rooted call's writer thus runs
-// ahead of its readers, as MPI's eager messages let it: up to kRingDepth
-// calls less the 17-144 by which a reader's retired word trails its calls
-// (begin_slot() in coll/shared_memory.cpp).
+// rank has retired the call it holds, and a slot only once every rank has
+// begun the call after the slot's last (each does that only after it
+// finished reading the one before): a large slot, whose last call was at
+// most s - 2, once every rank has begun s - 1; a small slot, last used
+// kSmallSlots such calls before, nearly always at once. A rooted call's
+// writer thus runs ahead of its readers, as MPI's eager messages let it:
+// up to kRingDepth calls less the 17-144 by which a reader's retired word
+// trails its calls (begin_slot() in coll/shared_memory.cpp), up to
+// kSmallSlots calls of data in small slots, and one call of data in large
+// ones.
 //
 // Waiting: a waiter polls for spin_before_sleep(), yielding when the ranks
 // are more than the CPUs they may run on between them, then sleeps on a futex in the segment that
@@ -90,7 +96,8 @@ inline void prefetch_for_read(const void* line) noexcept { __builtin_prefetch(li
 struct SlotHeader {
   std::atomic<std::uint64_t> sequence{0};  // the call this entry holds; 0: none yet
   // The data bytes written (below 2 GiB), and in the top bit whether they
-  // are in the rank's large slot rather than after this header.
+  // are in one of the rank's slots (the entry's first data word says which:
+  // Segment::data()) rather than after this header.
   std::uint32_t size_and_place = 0;
   // How far a stream has got, 0 when the entry is claimed (Segment::
   // stream()): a streaming writer's bytes written so far (two-shot
@@ -102,9 +109,9 @@ struct SlotHeader {
   // every other call) in the tail.
   std::byte signature[16] = {};
 
-  static constexpr std::uint32_t kInLargeSlot = 1u << 31;
-  std::size_t bytes() const noexcept { return size_and_place & ~kInLargeSlot; }
-  bool in_entry() const noexcept { return (size_and_place & kInLargeSlot) == 0; }
+  static constexpr std::uint32_t kInSlot = 1u << 31;
+  std::size_t bytes() const noexcept { return size_and_place & ~kInSlot; }
+  bool in_entry() const noexcept { return (size_and_place & kInSlot) == 0; }
 };
 static_assert(sizeof(SlotHeader) == 32);
 
@@ -138,7 +145,7 @@ inline constexpr std::size_t kCacheLine = 64;
 // entries below, 128 KiB of the segment per rank.
 inline constexpr std::uint64_t kRingDepth = 256;
 // The bytes of a ring entry, and of data that goes in it (between the
-// header and the tail) rather than in the large slot. 512, not 256: a
+// header and the tail) rather than in a slot. 512, not 256: a
 // 256-byte AllReduce at p = 2 then has its data in the entry (464 bytes
 // fit), 0.62 -> 0.55 us, where in the large slot it ran at 0.95x of Open
 // MPI (docs/performance.md "Sixteenth pass"). (384 measured 64-128 B
@@ -157,6 +164,24 @@ inline constexpr std::size_t kDigestStride = kRingDepth * 8 + kCacheLine;
 // (a load from a peer's entry that matched this rank's last store there
 // would wait on it as if they were one address: "4K aliasing").
 inline constexpr std::size_t kRingStride = kRingDepth * kEntryBytes + kCacheLine;
+// Data of more than kEntryDataBytes, up to kSmallSlotBytes, goes in the
+// next of the writer's kSmallSlots small slots; more, in its large slot of
+// the call's parity. With the two large slots alone, a rooted call's writer
+// of a few hundred bytes could begin a call only once every reader had
+// begun the one before: at p = 4 on 2 cores every 512-byte scatter,
+// gather, broadcast or reduce then cost a switch of core (7.6-8.4 us, Open
+// MPI 2.1 for a scatter; docs/performance.md "Twenty-fifth pass"). 4 KiB:
+// the size up to which Open MPI's shared-memory transport sends eagerly.
+// 64 KiB a rank.
+inline constexpr std::size_t kSmallSlots = 16;
+inline constexpr std::size_t kSmallSlotBytes = 4096;
+// From one rank's small slots to the next: a cache line more, as from
+// one ring to the next.
+inline constexpr std::size_t kSmallSlotStride = kSmallSlots * kSmallSlotBytes + kCacheLine;
+// The place word (see SlotHeader::size_and_place) of data in the large slot;
+// any other value is a small slot's index (one out of range, a broken
+// peer's, reads as the large slot: never outside the segment).
+inline constexpr std::uint32_t kLargeSlotPlace = UINT32_MAX;
 
 // A fixed-size all-gather of `bytes` from every rank into `out` (rank order),
 // over whatever the communicator already has (its transport).
@@ -243,20 +268,32 @@ class Segment {
                 tail(rank, sequence).signature_rest, kSignatureRestBytes);
   }
   // Where `rank` wrote (or, for this rank after claim(), writes) the data of
-  // call `sequence`: its entry or its large slot, as the header says.
+  // call `sequence`: its entry, or the slot the entry names, and how many
+  // bytes that place holds (room()).
   std::byte* data(int rank, std::uint64_t sequence) const noexcept {
     SlotHeader& h = header(rank, sequence);
-    if (h.in_entry()) return reinterpret_cast<std::byte*>(&h) + sizeof(SlotHeader);
+    std::byte* entry_data = reinterpret_cast<std::byte*>(&h) + sizeof(SlotHeader);
+    if (h.in_entry()) return entry_data;
+    const std::uint32_t place = place_word(h);
+    if (place < kSmallSlots)
+      return small_slots_ + static_cast<std::size_t>(rank) * kSmallSlotStride +
+             place * kSmallSlotBytes;
     const std::size_t index = static_cast<std::size_t>(rank) * 2 + (sequence & 1);
     return slots_ + index * slot_stride_;
+  }
+  std::size_t room(int rank, std::uint64_t sequence) const noexcept {
+    const SlotHeader& h = header(rank, sequence);
+    if (h.in_entry()) return kEntryDataBytes;
+    return place_word(h) < kSmallSlots ? kSmallSlotBytes : slot_bytes_;
   }
   // Asks for the lines of `rank`'s ring entry for call `sequence`, ahead of
   // their use: the header's and, for `bytes` of data that go in the entry,
   // the data's. For writing (this rank's next call: a store to a line a
   // reader still holds waits for it, and so does every store after it, the
   // header's that publishes the call) or for reading (a rooted call's
-  // writer runs ahead of its readers). Not a large slot's: its last user
-  // was two calls before, whose readers may still be reading it. A hint only.
+  // writer runs ahead of its readers). Not a slot's: which one the call
+  // takes is not known yet, and a large slot's last user was two calls
+  // before, whose readers may still be reading it. A hint only.
   void prefetch(int rank, std::uint64_t sequence, std::size_t bytes, bool for_write) const noexcept {
     const auto* entry = reinterpret_cast<const std::byte*>(&header(rank, sequence));
     const std::size_t end = sizeof(SlotHeader) + (bytes <= kEntryDataBytes ? bytes : 0);
@@ -273,8 +310,8 @@ class Segment {
 
   // Before writing this rank's entry for call `sequence`, with `need` bytes
   // of data: waits until every rank has retired call sequence - kRingDepth
-  // (the entry's last) and, for data beyond the entry, has begun call
-  // sequence - 1 (the large slot's last user was sequence - 2). `retire`
+  // (the entry's last) and, for data beyond the entry, has begun the call
+  // after the last user of the slot it will take (next_place()). `retire`
   // runs while it waits and this rank's own retired word is the least (so
   // some rank always runs it, and the wait ends): it must move this rank's
   // own retired() on where it can (the calls its successor has begun
@@ -285,6 +322,7 @@ class Segment {
                            Poll&& poll, Retire&& retire) {
     int behind = 0;
     bool ring_full = false;
+    const std::uint64_t slot_free_from = slot_free_from_call(next_place(need), sequence);
     const auto read_floor = [&] {
       std::uint64_t floor = UINT64_MAX;
       for (int q = 0; q < size_; ++q) {
@@ -303,19 +341,28 @@ class Segment {
         }
         if (ring_full) return false;
       }
-      if (need > kEntryDataBytes)
+      if (slot_free_from > begun_floor_) {
         for (behind = 0; behind < size_; ++behind)
-          if (behind != rank_ && !has_begun(behind, sequence - 1)) return false;
+          if (behind != rank_ && !has_begun(behind, slot_free_from)) return false;
+        begun_floor_ = slot_free_from;
+      }
       return true;
     };
     wait(everyone_is_done, deadline, poll,
-         [&] { return describe_writable_wait(behind, sequence, ring_full); });
+         [&] { return describe_writable_wait(behind, sequence, ring_full, slot_free_from); });
   }
   // After wait_until_writable(): where this rank writes the call's `need`
-  // bytes (the entry or the large slot; the header says which).
+  // bytes (the entry or a slot; the entry says which).
   std::byte* claim(std::uint64_t sequence, std::size_t need) noexcept {
     SlotHeader& mine = header(rank_, sequence);
-    mine.size_and_place = need <= kEntryDataBytes ? 0 : SlotHeader::kInLargeSlot;
+    const std::uint32_t place = next_place(need);
+    if (place == kInEntry) {
+      mine.size_and_place = 0;
+    } else {
+      mine.size_and_place = SlotHeader::kInSlot;
+      place_word(mine) = place;
+      if (place < kSmallSlots) small_slot_user_[place] = sequence, ++small_slot_calls_;
+    }
     mine.streamed.store(0, std::memory_order_relaxed);  // published by publish()'s store
     // Stored only when it changes: a small call then writes nothing in its tail.
     std::atomic<std::uint64_t>& second = tail(rank_, sequence).second;
@@ -399,7 +446,30 @@ class Segment {
   // waiting on) and wakes sleepers, if any.
   template <class T>
   void store_and_wake(std::atomic<T>& word, T value) noexcept;
-  std::string describe_writable_wait(int behind, std::uint64_t sequence, bool ring_full) const;
+  std::string describe_writable_wait(int behind, std::uint64_t sequence, bool ring_full,
+                                     std::uint64_t slot_free_from) const;
+  // The entry's first data word, which says where data not in the entry is
+  // (kLargeSlotPlace, or a small slot's index).
+  static std::uint32_t& place_word(const SlotHeader& h) noexcept {
+    return *reinterpret_cast<std::uint32_t*>(
+        reinterpret_cast<std::byte*>(const_cast<SlotHeader*>(&h)) + sizeof(SlotHeader));
+  }
+  // Where this rank's next call with `need` bytes of data goes: its entry
+  // (kInEntry), its next small slot in turn, or its large slot.
+  static constexpr std::uint32_t kInEntry = UINT32_MAX - 1;
+  std::uint32_t next_place(std::size_t need) const noexcept {
+    if (need <= kEntryDataBytes) return kInEntry;
+    if (need <= kSmallSlotBytes) return static_cast<std::uint32_t>(small_slot_calls_ % kSmallSlots);
+    return kLargeSlotPlace;
+  }
+  // The call every other rank must have begun before this rank's call
+  // `sequence` writes `place` (0: none): the one after the place's last user.
+  std::uint64_t slot_free_from_call(std::uint32_t place, std::uint64_t sequence) const noexcept {
+    if (place == kInEntry) return 0;
+    if (place == kLargeSlotPlace) return sequence - 1;
+    const std::uint64_t last = small_slot_user_[place];
+    return last == 0 ? 0 : last + 1;
+  }
   std::atomic<std::uint64_t>& retired_word(int rank) const noexcept;
   std::atomic<std::uint64_t>& digest_word(int rank, std::uint64_t sequence) const noexcept {
     return digests_[static_cast<std::size_t>(rank) * (kDigestStride / 8) + sequence % kRingDepth];
@@ -427,8 +497,15 @@ class Segment {
   const std::size_t length_;
   std::atomic<std::uint64_t>* const digests_;  // rank 0's first digest word
   std::byte* const ring_;           // rank 0's first ring entry
+  std::byte* const small_slots_;    // rank 0's first small slot
   std::byte* const slots_;          // rank 0's first large slot
   const std::size_t slot_stride_;  // from one large slot to the next
+  // This rank's small slots: the call that last wrote each (0: none yet),
+  // and how many calls took one (the next takes the next in turn).
+  std::uint64_t small_slot_user_[kSmallSlots] = {};
+  std::uint64_t small_slot_calls_ = 0;
+  // A call every rank is known to have begun (wait_until_writable()).
+  std::uint64_t begun_floor_ = 0;
   std::uint64_t retired_ = 0;       // this rank's retired word, as last written
   std::uint64_t retired_floor_ = 0;  // the least retired word of any rank, as last read
   // This rank's digests (digest()): of the calls before digest_call_, and of

@@ -320,6 +320,71 @@ TEST(HostSegment, ARootRunsAheadOfSlowReadersAndEveryCallArrives) {
   }));
 }
 
+// Data between the entry's room and kSmallSlotBytes goes in the writer's
+// small slots, taken in turn: a rooted call's writer runs ahead of its
+// readers by up to kSmallSlots such calls (with two large slots alone it
+// could not begin a call before every reader had begun the one before).
+// The readers here begin only once the root has finished all of its calls
+// (a root held up by them would leave them waiting: they fail after 10 s,
+// the root at the calls' 20-s timeout). Then calls whose data goes in the entry, the small slots and
+// the large slot, interleaved, with a slow reader: every byte right.
+TEST(HostSegment, ARootRunsAheadThroughItsSmallSlotsAndEverySizeArrives) {
+  constexpr std::size_t kBytes = 1024;
+  static_assert(kBytes > shm::kEntryDataBytes && kBytes <= shm::kSmallSlotBytes);
+  constexpr int kAhead = static_cast<int>(shm::kSmallSlots);
+  std::atomic<bool> root_done{false};
+  Options options;
+  options.timeout = std::chrono::seconds(20);
+  expect_all_passed(testing::run_ranks(3, [&](Communicator& comm) {
+    const int r = comm.rank();
+    auto& engine = CommunicatorAccess::engine(comm);
+    for (coll::CollectiveKind kind : {coll::CollectiveKind::broadcast, coll::CollectiveKind::gather})
+      require(engine.choose(kind, "", kBytes).row->family == "shm",
+              std::string(coll::to_string(kind)) + " does not run through the segment");
+    const auto payload = [](int call, std::size_t i) {
+      return static_cast<std::uint8_t>(call * 31 + i * 7 + 1);
+    };
+    std::vector<std::uint8_t> buffer(kBytes);
+    if (r == 0) {
+      for (int call = 0; call < kAhead; ++call) {
+        for (std::size_t i = 0; i < kBytes; ++i) buffer[i] = payload(call, i);
+        comm.broadcast(buffer.data(), kBytes, DataType::uint8, 0);
+      }
+      root_done = true;
+    } else {
+      const auto until = std::chrono::steady_clock::now() + 10s;
+      while (!root_done && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+      require(root_done, "the root did not finish its broadcasts before the readers began them");
+      for (int call = 0; call < kAhead; ++call) {
+        comm.broadcast(buffer.data(), kBytes, DataType::uint8, 0);
+        for (std::size_t i = 0; i < kBytes; ++i)
+          require(buffer[i] == payload(call, i), "broadcast " + std::to_string(call));
+      }
+    }
+    // Every place, reused in every order: 8 B (the entry), 1-4 KiB (small
+    // slots), 8 KiB (the large slot of the call's parity).
+    const std::size_t sizes[] = {8, kBytes, shm::kSmallSlotBytes, 8, 2 * shm::kSmallSlotBytes, kBytes};
+    for (int call = 0; call < 6 * kAhead; ++call) {
+      if (r == 2 && call % 5 == 0) std::this_thread::sleep_for(1ms);
+      const std::size_t n = sizes[static_cast<std::size_t>(call) % std::size(sizes)];
+      std::vector<std::uint8_t> v(n);
+      for (std::size_t i = 0; i < n; ++i) v[i] = r == 1 ? payload(call, i) : 0;
+      comm.broadcast(v.data(), n, DataType::uint8, 1);
+      for (std::size_t i = 0; i < n; ++i)
+        require(v[i] == payload(call, i), "broadcast of " + std::to_string(n) + " bytes, call " +
+                                              std::to_string(call));
+      std::vector<std::uint8_t> gathered(3 * n, 0);
+      for (std::size_t i = 0; i < n; ++i) v[i] = payload(call + r, i);
+      comm.gather(v.data(), gathered.data(), n, DataType::uint8, 2);
+      if (r == 2)
+        for (int q = 0; q < 3; ++q)
+          for (std::size_t i = 0; i < n; ++i)
+            require(gathered[static_cast<std::size_t>(q) * n + i] == payload(call + q, i),
+                    "gather of " + std::to_string(n) + " bytes, call " + std::to_string(call));
+    }
+  }, options));
+}
+
 // Beyond 64 KiB a broadcast's root and a reduce's other ranks stream their
 // slot in chunks that the readers take as they land, and beyond the slot
 // through it as through a ring buffer: every byte arrives, at sizes around
