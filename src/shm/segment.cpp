@@ -83,11 +83,11 @@ std::size_t digests_offset(int size) {
 std::size_t ring_offset(int size) {
   return digests_offset(size) + static_cast<std::size_t>(size) * kDigestStride;
 }
-std::size_t small_slots_offset(int size) {
+std::size_t data_rings_offset(int size) {
   return ring_offset(size) + static_cast<std::size_t>(size) * kRingStride;
 }
 std::size_t slots_offset(int size) {
-  return small_slots_offset(size) + static_cast<std::size_t>(size) * kSmallSlotStride;
+  return data_rings_offset(size) + static_cast<std::size_t>(size) * kDataRingStride;
 }
 
 // State (field 3) and start time (field 22) of a process; false when it is gone.
@@ -310,7 +310,7 @@ Segment::Segment(int rank, int size, std::size_t slot_bytes, std::string name, v
       digests_(reinterpret_cast<std::atomic<std::uint64_t>*>(static_cast<std::byte*>(base) +
                                                              digests_offset(size))),
       ring_(static_cast<std::byte*>(base) + ring_offset(size)),
-      small_slots_(static_cast<std::byte*>(base) + small_slots_offset(size)),
+      data_rings_(static_cast<std::byte*>(base) + data_rings_offset(size)),
       slots_(static_cast<std::byte*>(base) + slots_offset(size)),
       slot_stride_(slot_stride(slot_bytes)),
       // A segment of one host's ranks within a larger communicator yields
@@ -326,7 +326,7 @@ std::atomic<std::uint64_t>& Segment::retired_word(int rank) const noexcept {
 }
 
 std::string Segment::describe_writable_wait(int behind, std::uint64_t sequence, bool ring_full,
-                                            std::uint64_t slot_free_from) const {
+                                            std::uint64_t free_from) const {
   if (ring_full)
     return fmt::format("rank {} to finish with call #{} (before rank {}'s call #{} may reuse its "
                        "shared-memory ring entry; it compares its successor's call {} calls late)",
@@ -334,7 +334,7 @@ std::string Segment::describe_writable_wait(int behind, std::uint64_t sequence, 
                        kRingDepth);
   return fmt::format("rank {} to begin call #{} (before rank {}'s call #{} may reuse its "
                      "shared-memory slot)",
-                     comm_rank(behind), slot_free_from, comm_rank(rank_), sequence);
+                     comm_rank(behind), free_from, comm_rank(rank_), sequence);
 }
 
 void Segment::publish(std::uint64_t sequence, std::uint64_t bytes) {

@@ -4,15 +4,15 @@
 //
 // Layout: a header, a wake word, an abort notice, one record per rank (its
 // pid, for liveness), one "retired" word per rank, kRingDepth signature
-// digests per rank, a ring of kRingDepth entries per rank, kSmallSlots
-// small slots per rank and two large slots per rank. Call s writes only
-// its own rank's entry s % kRingDepth (single writer, any readers): a
-// 32-byte header (the call's sequence number, most of its signature, the
-// bytes written) followed by up to kEntryDataBytes of data, or, for more,
-// a word naming the slot that holds it: up to kSmallSlotBytes, the next of
-// its small slots in turn; beyond, its large slot s % 2 (up to
-// slot_bytes()); then a 16-byte tail (the rest of the signature, a word
-// for a call's second step); and its digest word s % kRingDepth.
+// digests per rank, a ring of kRingDepth entries per rank, a data ring
+// per rank and two large slots per rank. Call s writes only its own
+// rank's entry s % kRingDepth (single writer, any readers): a 32-byte
+// header (the call's sequence number, most of its signature, the bytes
+// written) followed by up to kEntryDataBytes of data, or, for more, a word
+// naming where it is: up to kDataRingMaxBytes, the next blocks of its data
+// ring in turn; beyond, its large slot s % 2 (up to slot_bytes()); then a
+// 16-byte tail (the rest of the signature, a word for a call's second
+// step); and its digest word s % kRingDepth.
 //
 // Reuse without reference counts or allocation: a rank reads what a call
 // wrote within that call, except one thing: every rank compares its
@@ -21,16 +21,16 @@
 // reduce's other ranks), by their digests (each covers every call up to
 // its own, so one word read compares many calls), and says how far it has
 // compared in its retired word. So an entry is rewritten only once every
-// rank has retired the call it holds, and a slot only once every rank has
-// begun the call after the slot's last (each does that only after it
-// finished reading the one before): a large slot, whose last call was at
-// most s - 2, once every rank has begun s - 1; a small slot, last used
-// kSmallSlots such calls before, nearly always at once. A rooted call's
-// writer thus runs ahead of its readers, as MPI's eager messages let it:
-// up to kRingDepth calls less the 17-144 by which a reader's retired word
-// trails its calls (begin_slot() in coll/shared_memory.cpp), up to
-// kSmallSlots calls of data in small slots, and one call of data in large
-// ones.
+// rank has retired the call it holds, and data elsewhere only once every
+// rank has begun the call after the last that wrote there (each does that
+// only after it finished reading the one before): a large slot, whose
+// last call was at most s - 2, once every rank has begun s - 1; a block of
+// the data ring, last written a ring's worth of data before, nearly always
+// at once. A rooted call's writer thus runs ahead of its readers, as MPI's
+// eager messages let it: up to kRingDepth calls less the 17-144 by which a
+// reader's retired word trails its calls (begin_slot() in
+// coll/shared_memory.cpp), as far as kDataRingBytes holds of data in the
+// data ring, and one call of data in large slots.
 //
 // Waiting: a waiter polls for spin_before_sleep(), yielding when the ranks
 // are more than the CPUs they may run on between them, then sleeps on a futex in the segment that
@@ -53,6 +53,7 @@
 
 #include "transport/transport.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -96,8 +97,8 @@ inline void prefetch_for_read(const void* line) noexcept { __builtin_prefetch(li
 struct SlotHeader {
   std::atomic<std::uint64_t> sequence{0};  // the call this entry holds; 0: none yet
   // The data bytes written (below 2 GiB), and in the top bit whether they
-  // are in one of the rank's slots (the entry's first data word says which:
-  // Segment::data()) rather than after this header.
+  // are elsewhere (the rank's data ring or large slot: the entry's first
+  // data word says where, Segment::data()) rather than after this header.
   std::uint32_t size_and_place = 0;
   // How far a stream has got, 0 when the entry is claimed (Segment::
   // stream()): a streaming writer's bytes written so far (two-shot
@@ -164,23 +165,30 @@ inline constexpr std::size_t kDigestStride = kRingDepth * 8 + kCacheLine;
 // (a load from a peer's entry that matched this rank's last store there
 // would wait on it as if they were one address: "4K aliasing").
 inline constexpr std::size_t kRingStride = kRingDepth * kEntryBytes + kCacheLine;
-// Data of more than kEntryDataBytes, up to kSmallSlotBytes, goes in the
-// next of the writer's kSmallSlots small slots; more, in its large slot of
-// the call's parity. With the two large slots alone, a rooted call's writer
-// of a few hundred bytes could begin a call only once every reader had
-// begun the one before: at p = 4 on 2 cores every 512-byte scatter,
+// Data of more than kEntryDataBytes, up to kDataRingMaxBytes, goes in the
+// writer's data ring: the next whole blocks of kDataBlockBytes in turn, from
+// its start again where they would cross its end; more, in its large slot
+// of the call's parity. With the two large slots alone, a rooted call's
+// writer of a few hundred bytes could begin a call only once every reader
+// had begun the one before: at p = 4 on 2 cores every 512-byte scatter,
 // gather, broadcast or reduce then cost a switch of core (7.6-8.4 us, Open
-// MPI 2.1 for a scatter; docs/performance.md "Twenty-fifth pass"). 4 KiB:
-// the size up to which Open MPI's shared-memory transport sends eagerly.
-// 64 KiB a rank.
-inline constexpr std::size_t kSmallSlots = 16;
-inline constexpr std::size_t kSmallSlotBytes = 4096;
-// From one rank's small slots to the next: a cache line more, as from
-// one ring to the next.
-inline constexpr std::size_t kSmallSlotStride = kSmallSlots * kSmallSlotBytes + kCacheLine;
+// MPI 2.1 for a 128-byte scatter). Sixteen places of 4 KiB each made it
+// 1.1-1.7 us, 64 places 0.7-1.4: the further a writer may run ahead, the
+// fewer the switches. A ring of blocks holds as many calls as their sizes
+// allow (256, the entries' ring, of up to 512 bytes; 32 of 4 KiB): 0.27-0.48
+// us (docs/performance.md "Twenty-fifth pass"). 4 KiB: the size up to
+// which Open MPI's shared-memory transport sends eagerly.
+inline constexpr std::size_t kDataBlockBytes = 512;
+inline constexpr std::size_t kDataRingBlocks = 256;
+inline constexpr std::size_t kDataRingBytes = kDataRingBlocks * kDataBlockBytes;
+inline constexpr std::size_t kDataRingMaxBytes = 4096;
+// From one rank's data ring to the next: a cache line more, as from one
+// ring of entries to the next.
+inline constexpr std::size_t kDataRingStride = kDataRingBytes + kCacheLine;
 // The place word (see SlotHeader::size_and_place) of data in the large slot;
-// any other value is a small slot's index (one out of range, a broken
-// peer's, reads as the large slot: never outside the segment).
+// any other value is the index of the data ring's block where it begins
+// (one out of range, a broken peer's, reads as the large slot: never
+// outside the segment).
 inline constexpr std::uint32_t kLargeSlotPlace = UINT32_MAX;
 
 // A fixed-size all-gather of `bytes` from every rank into `out` (rank order),
@@ -268,23 +276,25 @@ class Segment {
                 tail(rank, sequence).signature_rest, kSignatureRestBytes);
   }
   // Where `rank` wrote (or, for this rank after claim(), writes) the data of
-  // call `sequence`: its entry, or the slot the entry names, and how many
-  // bytes that place holds (room()).
+  // call `sequence`: its entry, or where the entry says (its data ring or
+  // its large slot); and how many bytes may be there (room()).
   std::byte* data(int rank, std::uint64_t sequence) const noexcept {
     SlotHeader& h = header(rank, sequence);
     std::byte* entry_data = reinterpret_cast<std::byte*>(&h) + sizeof(SlotHeader);
     if (h.in_entry()) return entry_data;
     const std::uint32_t place = place_word(h);
-    if (place < kSmallSlots)
-      return small_slots_ + static_cast<std::size_t>(rank) * kSmallSlotStride +
-             place * kSmallSlotBytes;
+    if (place < kDataRingBlocks)
+      return data_rings_ + static_cast<std::size_t>(rank) * kDataRingStride +
+             place * kDataBlockBytes;
     const std::size_t index = static_cast<std::size_t>(rank) * 2 + (sequence & 1);
     return slots_ + index * slot_stride_;
   }
   std::size_t room(int rank, std::uint64_t sequence) const noexcept {
     const SlotHeader& h = header(rank, sequence);
     if (h.in_entry()) return kEntryDataBytes;
-    return place_word(h) < kSmallSlots ? kSmallSlotBytes : slot_bytes_;
+    const std::uint32_t place = place_word(h);
+    return place < kDataRingBlocks ? std::min(kDataRingMaxBytes, (kDataRingBlocks - place) * kDataBlockBytes)
+                                   : slot_bytes_;
   }
   // Asks for the lines of `rank`'s ring entry for call `sequence`, ahead of
   // their use: the header's and, for `bytes` of data that go in the entry,
@@ -322,7 +332,7 @@ class Segment {
                            Poll&& poll, Retire&& retire) {
     int behind = 0;
     bool ring_full = false;
-    const std::uint64_t slot_free_from = slot_free_from_call(next_place(need), sequence);
+    const std::uint64_t free_from = free_from_call(next_place(need), need, sequence);
     const auto read_floor = [&] {
       std::uint64_t floor = UINT64_MAX;
       for (int q = 0; q < size_; ++q) {
@@ -341,18 +351,18 @@ class Segment {
         }
         if (ring_full) return false;
       }
-      if (slot_free_from > begun_floor_) {
+      if (free_from > begun_floor_) {
         for (behind = 0; behind < size_; ++behind)
-          if (behind != rank_ && !has_begun(behind, slot_free_from)) return false;
-        begun_floor_ = slot_free_from;
+          if (behind != rank_ && !has_begun(behind, free_from)) return false;
+        begun_floor_ = free_from;
       }
       return true;
     };
     wait(everyone_is_done, deadline, poll,
-         [&] { return describe_writable_wait(behind, sequence, ring_full, slot_free_from); });
+         [&] { return describe_writable_wait(behind, sequence, ring_full, free_from); });
   }
   // After wait_until_writable(): where this rank writes the call's `need`
-  // bytes (the entry or a slot; the entry says which).
+  // bytes (the entry, its data ring or its large slot; the entry says which).
   std::byte* claim(std::uint64_t sequence, std::size_t need) noexcept {
     SlotHeader& mine = header(rank_, sequence);
     const std::uint32_t place = next_place(need);
@@ -361,7 +371,11 @@ class Segment {
     } else {
       mine.size_and_place = SlotHeader::kInSlot;
       place_word(mine) = place;
-      if (place < kSmallSlots) small_slot_user_[place] = sequence, ++small_slot_calls_;
+      if (place != kLargeSlotPlace) {
+        const std::size_t end = place + data_ring_blocks(need);
+        for (std::size_t b = place; b < end; ++b) block_writer_[b] = sequence;
+        data_ring_next_ = end;
+      }
     }
     mine.streamed.store(0, std::memory_order_relaxed);  // published by publish()'s store
     // Stored only when it changes: a small call then writes nothing in its tail.
@@ -447,27 +461,36 @@ class Segment {
   template <class T>
   void store_and_wake(std::atomic<T>& word, T value) noexcept;
   std::string describe_writable_wait(int behind, std::uint64_t sequence, bool ring_full,
-                                     std::uint64_t slot_free_from) const;
+                                     std::uint64_t free_from) const;
   // The entry's first data word, which says where data not in the entry is
-  // (kLargeSlotPlace, or a small slot's index).
+  // (kLargeSlotPlace, or the data ring's block where it begins).
   static std::uint32_t& place_word(const SlotHeader& h) noexcept {
     return *reinterpret_cast<std::uint32_t*>(
         reinterpret_cast<std::byte*>(const_cast<SlotHeader*>(&h)) + sizeof(SlotHeader));
   }
   // Where this rank's next call with `need` bytes of data goes: its entry
-  // (kInEntry), its next small slot in turn, or its large slot.
+  // (kInEntry), the first of the data ring's blocks it takes, or its large
+  // slot (kLargeSlotPlace).
   static constexpr std::uint32_t kInEntry = UINT32_MAX - 1;
+  static std::size_t data_ring_blocks(std::size_t need) noexcept {
+    return (need + kDataBlockBytes - 1) / kDataBlockBytes;
+  }
   std::uint32_t next_place(std::size_t need) const noexcept {
     if (need <= kEntryDataBytes) return kInEntry;
-    if (need <= kSmallSlotBytes) return static_cast<std::uint32_t>(small_slot_calls_ % kSmallSlots);
-    return kLargeSlotPlace;
+    if (need > kDataRingMaxBytes) return kLargeSlotPlace;
+    const std::size_t at = data_ring_next_ + data_ring_blocks(need) <= kDataRingBlocks ? data_ring_next_ : 0;
+    return static_cast<std::uint32_t>(at);
   }
   // The call every other rank must have begun before this rank's call
-  // `sequence` writes `place` (0: none): the one after the place's last user.
-  std::uint64_t slot_free_from_call(std::uint32_t place, std::uint64_t sequence) const noexcept {
+  // `sequence` writes `need` bytes at `place` (0: none): the one after the
+  // last call that wrote there.
+  std::uint64_t free_from_call(std::uint32_t place, std::size_t need,
+                               std::uint64_t sequence) const noexcept {
     if (place == kInEntry) return 0;
     if (place == kLargeSlotPlace) return sequence - 1;
-    const std::uint64_t last = small_slot_user_[place];
+    std::uint64_t last = 0;
+    for (std::size_t b = place; b < place + data_ring_blocks(need); ++b)
+      last = std::max(last, block_writer_[b]);
     return last == 0 ? 0 : last + 1;
   }
   std::atomic<std::uint64_t>& retired_word(int rank) const noexcept;
@@ -497,13 +520,14 @@ class Segment {
   const std::size_t length_;
   std::atomic<std::uint64_t>* const digests_;  // rank 0's first digest word
   std::byte* const ring_;           // rank 0's first ring entry
-  std::byte* const small_slots_;    // rank 0's first small slot
+  std::byte* const data_rings_;     // rank 0's data ring
   std::byte* const slots_;          // rank 0's first large slot
   const std::size_t slot_stride_;  // from one large slot to the next
-  // This rank's small slots: the call that last wrote each (0: none yet),
-  // and how many calls took one (the next takes the next in turn).
-  std::uint64_t small_slot_user_[kSmallSlots] = {};
-  std::uint64_t small_slot_calls_ = 0;
+  // This rank's data ring: the call that last wrote each block (0: none
+  // yet), and the block where the next call's data begins (0 where it
+  // would not fit before the end).
+  std::uint64_t block_writer_[kDataRingBlocks] = {};
+  std::size_t data_ring_next_ = 0;
   // A call every rank is known to have begun (wait_until_writable()).
   std::uint64_t begun_floor_ = 0;
   std::uint64_t retired_ = 0;       // this rank's retired word, as last written

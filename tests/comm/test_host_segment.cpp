@@ -320,18 +320,19 @@ TEST(HostSegment, ARootRunsAheadOfSlowReadersAndEveryCallArrives) {
   }));
 }
 
-// Data between the entry's room and kSmallSlotBytes goes in the writer's
-// small slots, taken in turn: a rooted call's writer runs ahead of its
-// readers by up to kSmallSlots such calls (with two large slots alone it
-// could not begin a call before every reader had begun the one before).
-// The readers here begin only once the root has finished all of its calls
-// (a root held up by them would leave them waiting: they fail after 10 s,
-// the root at the calls' 20-s timeout). Then calls whose data goes in the entry, the small slots and
-// the large slot, interleaved, with a slow reader: every byte right.
-TEST(HostSegment, ARootRunsAheadThroughItsSmallSlotsAndEverySizeArrives) {
+// Data between the entry's room and kDataRingMaxBytes goes in the writer's
+// data ring, block after block: a rooted call's writer runs ahead of its
+// readers by as many such calls as the ring holds (with two large slots
+// alone it could not begin a call before every reader had begun the one
+// before). The readers here begin only once the root has finished all of
+// its calls (a root held up by them would leave them waiting: they fail
+// after 10 s, the root at the calls' 20-s timeout). Then calls whose data
+// goes in the entry, the data ring (across its end too) and the large
+// slot, interleaved, with a slow reader: every byte right.
+TEST(HostSegment, ARootRunsAheadThroughItsDataRingAndEverySizeArrives) {
   constexpr std::size_t kBytes = 1024;
-  static_assert(kBytes > shm::kEntryDataBytes && kBytes <= shm::kSmallSlotBytes);
-  constexpr int kAhead = static_cast<int>(shm::kSmallSlots);
+  static_assert(kBytes > shm::kEntryDataBytes && kBytes <= shm::kDataRingMaxBytes);
+  constexpr int kAhead = static_cast<int>(shm::kDataRingBytes / kBytes);  // 128
   std::atomic<bool> root_done{false};
   Options options;
   options.timeout = std::chrono::seconds(20);
@@ -361,9 +362,10 @@ TEST(HostSegment, ARootRunsAheadThroughItsSmallSlotsAndEverySizeArrives) {
           require(buffer[i] == payload(call, i), "broadcast " + std::to_string(call));
       }
     }
-    // Every place, reused in every order: 8 B (the entry), 1-4 KiB (small
-    // slots), 8 KiB (the large slot of the call's parity).
-    const std::size_t sizes[] = {8, kBytes, shm::kSmallSlotBytes, 8, 2 * shm::kSmallSlotBytes, kBytes};
+    // Every place, reused in every order: 8 B (the entry), 600 B-4 KiB (the
+    // data ring), 8 KiB (the large slot of the call's parity).
+    const std::size_t sizes[] = {8, kBytes, shm::kDataRingMaxBytes, 8, 600,
+                                 2 * shm::kDataRingMaxBytes, kBytes};
     for (int call = 0; call < 6 * kAhead; ++call) {
       if (r == 2 && call % 5 == 0) std::this_thread::sleep_for(1ms);
       const std::size_t n = sizes[static_cast<std::size_t>(call) % std::size(sizes)];
