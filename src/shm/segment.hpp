@@ -9,10 +9,11 @@
 // rank's entry s % kRingDepth (single writer, any readers): a 32-byte
 // header (the call's sequence number, most of its signature, the bytes
 // written) followed by up to kEntryDataBytes of data, or, for more, a word
-// naming where it is: up to kDataRingMaxBytes, the next blocks of its data
-// ring in turn; beyond, its large slot s % 2 (up to slot_bytes()); then a
-// 16-byte tail (the rest of the signature, a word for a call's second
-// step); and its digest word s % kRingDepth.
+// naming where it is: its large slot s % 2 (up to slot_bytes()), or, for
+// up to kDataRingMaxBytes where that slot is not free yet, the next blocks
+// of its data ring in turn; then a 16-byte tail (the rest of the
+// signature, a word for a call's second step); and its digest word
+// s % kRingDepth.
 //
 // Reuse without reference counts or allocation: a rank reads what a call
 // wrote within that call, except one thing: every rank compares its
@@ -165,12 +166,13 @@ inline constexpr std::size_t kDigestStride = kRingDepth * 8 + kCacheLine;
 // (a load from a peer's entry that matched this rank's last store there
 // would wait on it as if they were one address: "4K aliasing").
 inline constexpr std::size_t kRingStride = kRingDepth * kEntryBytes + kCacheLine;
-// Data of more than kEntryDataBytes, up to kDataRingMaxBytes, goes in the
-// writer's data ring: the next whole blocks of kDataBlockBytes in turn, from
-// its start again where they would cross its end; more, in its large slot
-// of the call's parity. With the two large slots alone, a rooted call's
-// writer of a few hundred bytes could begin a call only once every reader
-// had begun the one before: at p = 4 on 2 cores every 512-byte scatter,
+// Data of more than kEntryDataBytes goes in the writer's large slot of the
+// call's parity, or, up to kDataRingMaxBytes where that is not free yet
+// (Segment::choose_place()), in its data ring: the next whole blocks of
+// kDataBlockBytes in turn, from its start again where they would cross its
+// end. With the two large slots alone, a rooted call's writer of a few
+// hundred bytes could begin a call only once every reader had begun the
+// one before: at p = 4 on 2 cores every 512-byte scatter,
 // gather, broadcast or reduce then cost a switch of core (7.6-8.4 us, Open
 // MPI 2.1 for a 128-byte scatter). Sixteen places of 4 KiB each made it
 // 1.1-1.7 us, 64 places 0.7-1.4: the further a writer may run ahead, the
@@ -321,7 +323,7 @@ class Segment {
   // Before writing this rank's entry for call `sequence`, with `need` bytes
   // of data: waits until every rank has retired call sequence - kRingDepth
   // (the entry's last) and, for data beyond the entry, has begun the call
-  // after the last user of the slot it will take (next_place()). `retire`
+  // after the last that wrote where it will go (choose_place()). `retire`
   // runs while it waits and this rank's own retired word is the least (so
   // some rank always runs it, and the wait ends): it must move this rank's
   // own retired() on where it can (the calls its successor has begun
@@ -332,7 +334,8 @@ class Segment {
                            Poll&& poll, Retire&& retire) {
     int behind = 0;
     bool ring_full = false;
-    const std::uint64_t free_from = free_from_call(next_place(need), need, sequence);
+    chosen_place_ = choose_place(sequence, need);
+    const std::uint64_t free_from = free_from_call(chosen_place_, need, sequence);
     const auto read_floor = [&] {
       std::uint64_t floor = UINT64_MAX;
       for (int q = 0; q < size_; ++q) {
@@ -351,12 +354,7 @@ class Segment {
         }
         if (ring_full) return false;
       }
-      if (free_from > begun_floor_) {
-        for (behind = 0; behind < size_; ++behind)
-          if (behind != rank_ && !has_begun(behind, free_from)) return false;
-        begun_floor_ = free_from;
-      }
-      return true;
+      return everyone_has_begun(free_from, behind);
     };
     wait(everyone_is_done, deadline, poll,
          [&] { return describe_writable_wait(behind, sequence, ring_full, free_from); });
@@ -365,7 +363,7 @@ class Segment {
   // bytes (the entry, its data ring or its large slot; the entry says which).
   std::byte* claim(std::uint64_t sequence, std::size_t need) noexcept {
     SlotHeader& mine = header(rank_, sequence);
-    const std::uint32_t place = next_place(need);
+    const std::uint32_t place = chosen_place_;
     if (place == kInEntry) {
       mine.size_and_place = 0;
     } else {
@@ -468,18 +466,36 @@ class Segment {
     return *reinterpret_cast<std::uint32_t*>(
         reinterpret_cast<std::byte*>(const_cast<SlotHeader*>(&h)) + sizeof(SlotHeader));
   }
-  // Where this rank's next call with `need` bytes of data goes: its entry
-  // (kInEntry), the first of the data ring's blocks it takes, or its large
-  // slot (kLargeSlotPlace).
+  // Where this rank's call `sequence` with `need` bytes of data goes: its
+  // entry (kInEntry), its large slot (kLargeSlotPlace), or the first of the
+  // data ring's blocks it takes. Data up to kDataRingMaxBytes goes in the
+  // large slot where that is free now (every rank has begun the call
+  // before), as in the calls every rank waits for (AllReduce, allgather),
+  // and in the data ring where it would have to wait (a rooted call's
+  // writer ahead of its readers). The data ring for all of them made 0.5-4
+  // KiB AllReduce and allgather at p = 2 1.1-1.2x slower (docs/performance.md
+  // "Twenty-fifth pass"; taking its first blocks again wherever free, so
+  // that two places alternate as the large slots do, did not help; the
+  // cause was not found).
   static constexpr std::uint32_t kInEntry = UINT32_MAX - 1;
   static std::size_t data_ring_blocks(std::size_t need) noexcept {
     return (need + kDataBlockBytes - 1) / kDataBlockBytes;
   }
-  std::uint32_t next_place(std::size_t need) const noexcept {
+  std::uint32_t choose_place(std::uint64_t sequence, std::size_t need) {
     if (need <= kEntryDataBytes) return kInEntry;
-    if (need > kDataRingMaxBytes) return kLargeSlotPlace;
-    const std::size_t at = data_ring_next_ + data_ring_blocks(need) <= kDataRingBlocks ? data_ring_next_ : 0;
-    return static_cast<std::uint32_t>(at);
+    int behind = 0;
+    if (need > kDataRingMaxBytes || everyone_has_begun(sequence - 1, behind)) return kLargeSlotPlace;
+    const bool fits = data_ring_next_ + data_ring_blocks(need) <= kDataRingBlocks;
+    return static_cast<std::uint32_t>(fits ? data_ring_next_ : 0);
+  }
+  // Whether every other rank has begun `call` (0: none to wait for); else
+  // `behind` is one that has not.
+  bool everyone_has_begun(std::uint64_t call, int& behind) noexcept {
+    if (call <= begun_floor_) return true;
+    for (behind = 0; behind < size_; ++behind)
+      if (behind != rank_ && !has_begun(behind, call)) return false;
+    begun_floor_ = call;
+    return true;
   }
   // The call every other rank must have begun before this rank's call
   // `sequence` writes `need` bytes at `place` (0: none): the one after the
@@ -528,7 +544,8 @@ class Segment {
   // would not fit before the end).
   std::uint64_t block_writer_[kDataRingBlocks] = {};
   std::size_t data_ring_next_ = 0;
-  // A call every rank is known to have begun (wait_until_writable()).
+  std::uint32_t chosen_place_ = kInEntry;  // by wait_until_writable(), for claim()
+  // A call every rank is known to have begun (everyone_has_begun()).
   std::uint64_t begun_floor_ = 0;
   std::uint64_t retired_ = 0;       // this rank's retired word, as last written
   std::uint64_t retired_floor_ = 0;  // the least retired word of any rank, as last read
