@@ -472,11 +472,15 @@ class Segment {
   // large slot where that is free now (every rank has begun the call
   // before), as in the calls every rank waits for (AllReduce, allgather),
   // and in the data ring where it would have to wait (a rooted call's
-  // writer ahead of its readers). The data ring for all of them made 0.5-4
-  // KiB AllReduce and allgather at p = 2 1.1-1.2x slower (docs/performance.md
-  // "Twenty-fifth pass"; taking its first blocks again wherever free, so
-  // that two places alternate as the large slots do, did not help; the
-  // cause was not found).
+  // writer ahead of its readers) and the wait would cost a switch of core
+  // (the ranks are more than their CPUs: yields_while_waiting()). The data
+  // ring for all of them made 0.5-4 KiB AllReduce and allgather at p = 2
+  // 1.1-1.2x slower (docs/performance.md "Twenty-fifth pass"; taking its
+  // first blocks again wherever free, so that two places alternate as the
+  // large slots do, did not help; the cause was not found), and for rooted
+  // calls at p = 2 on 2 cores, where a wait is a short spin, 1 KiB
+  // broadcasts and reduces 1.1-1.2x faster but nonblocking broadcasts and
+  // scatters 1.1-1.2x slower.
   static constexpr std::uint32_t kInEntry = UINT32_MAX - 1;
   static std::size_t data_ring_blocks(std::size_t need) noexcept {
     return (need + kDataBlockBytes - 1) / kDataBlockBytes;
@@ -484,7 +488,8 @@ class Segment {
   std::uint32_t choose_place(std::uint64_t sequence, std::size_t need) {
     if (need <= kEntryDataBytes) return kInEntry;
     int behind = 0;
-    if (need > kDataRingMaxBytes || everyone_has_begun(sequence - 1, behind)) return kLargeSlotPlace;
+    if (need > kDataRingMaxBytes || !oversubscribed_ || everyone_has_begun(sequence - 1, behind))
+      return kLargeSlotPlace;
     const bool fits = data_ring_next_ + data_ring_blocks(need) <= kDataRingBlocks;
     return static_cast<std::uint32_t>(fits ? data_ring_next_ : 0);
   }
