@@ -10,10 +10,10 @@
 // header (the call's sequence number, most of its signature, the bytes
 // written) followed by up to kEntryDataBytes of data, or, for more, a word
 // naming where it is: its large slot s % 2 (up to slot_bytes()), or, for
-// up to kDataRingMaxBytes where that slot is not free yet, the next blocks
-// of its data ring in turn; then a 16-byte tail (the rest of the
-// signature, a word for a call's second step); and its digest word
-// s % kRingDepth.
+// up to kDataRingMaxBytes where that slot is not free yet and waits
+// yield, the next blocks of its data ring in turn; then a 16-byte tail
+// (the rest of the signature, a word for a call's second step); and its
+// digest word s % kRingDepth.
 //
 // Reuse without reference counts or allocation: a rank reads what a call
 // wrote within that call, except one thing: every rank compares its
@@ -168,9 +168,9 @@ inline constexpr std::size_t kDigestStride = kRingDepth * 8 + kCacheLine;
 inline constexpr std::size_t kRingStride = kRingDepth * kEntryBytes + kCacheLine;
 // Data of more than kEntryDataBytes goes in the writer's large slot of the
 // call's parity, or, up to kDataRingMaxBytes where that is not free yet
-// (Segment::choose_place()), in its data ring: the next whole blocks of
-// kDataBlockBytes in turn, from its start again where they would cross its
-// end. With the two large slots alone, a rooted call's writer of a few
+// and waits yield (Segment::choose_place()), in its data ring: the next
+// whole blocks of kDataBlockBytes in turn, from its start again where they
+// would cross its end. With the two large slots alone, a rooted call's writer of a few
 // hundred bytes could begin a call only once every reader had begun the
 // one before: at p = 4 on 2 cores every 512-byte scatter,
 // gather, broadcast or reduce then cost a switch of core (7.6-8.4 us, Open
