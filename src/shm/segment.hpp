@@ -282,8 +282,7 @@ class Segment {
   // its large slot); and how many bytes may be there (room()).
   std::byte* data(int rank, std::uint64_t sequence) const noexcept {
     SlotHeader& h = header(rank, sequence);
-    std::byte* entry_data = reinterpret_cast<std::byte*>(&h) + sizeof(SlotHeader);
-    if (h.in_entry()) return entry_data;
+    if (h.in_entry()) return reinterpret_cast<std::byte*>(&h) + sizeof(SlotHeader);
     const std::uint32_t place = place_word(h);
     if (place < kDataRingBlocks)
       return data_rings_ + static_cast<std::size_t>(rank) * kDataRingStride +
@@ -295,8 +294,8 @@ class Segment {
     const SlotHeader& h = header(rank, sequence);
     if (h.in_entry()) return kEntryDataBytes;
     const std::uint32_t place = place_word(h);
-    return place < kDataRingBlocks ? std::min(kDataRingMaxBytes, (kDataRingBlocks - place) * kDataBlockBytes)
-                                   : slot_bytes_;
+    if (place >= kDataRingBlocks) return slot_bytes_;
+    return std::min(kDataRingMaxBytes, (kDataRingBlocks - place) * kDataBlockBytes);
   }
   // Asks for the lines of `rank`'s ring entry for call `sequence`, ahead of
   // their use: the header's and, for `bytes` of data that go in the entry,
@@ -545,8 +544,8 @@ class Segment {
   std::byte* const slots_;          // rank 0's first large slot
   const std::size_t slot_stride_;  // from one large slot to the next
   // This rank's data ring: the call that last wrote each block (0: none
-  // yet), and the block where the next call's data begins (0 where it
-  // would not fit before the end).
+  // yet), and the block after the last call's data there (where the next
+  // call's begins, or at 0 where it would not fit before the end).
   std::uint64_t block_writer_[kDataRingBlocks] = {};
   std::size_t data_ring_next_ = 0;
   std::uint32_t chosen_place_ = kInEntry;  // by wait_until_writable(), for claim()
