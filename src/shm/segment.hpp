@@ -177,9 +177,10 @@ inline constexpr std::size_t kRingStride = kRingDepth * kEntryBytes + kCacheLine
 // MPI 2.1 for a 128-byte scatter). Sixteen places of 4 KiB each made it
 // 1.1-1.7 us, 64 places 0.7-1.4: the further a writer may run ahead, the
 // fewer the switches. A ring of blocks holds as many calls as their sizes
-// allow (256, the entries' ring, of up to 512 bytes; 32 of 4 KiB): 0.27-0.48
-// us (docs/performance.md "Twenty-fifth pass"). 4 KiB: the size up to
-// which Open MPI's shared-memory transport sends eagerly.
+// allow (256, the entries' ring, of up to 512 bytes; 32 of 4 KiB): 0.27 us
+// by hand, 0.57-0.94 in a series where they took 8.1-9.9 before
+// (docs/performance.md "Twenty-fifth pass"). 4 KiB: the size up to which
+// Open MPI's shared-memory transport sends eagerly.
 inline constexpr std::size_t kDataBlockBytes = 512;
 inline constexpr std::size_t kDataRingBlocks = 256;
 inline constexpr std::size_t kDataRingBytes = kDataRingBlocks * kDataBlockBytes;
@@ -327,14 +328,15 @@ class Segment {
   // some rank always runs it, and the wait ends): it must move this rank's
   // own retired() on where it can (the calls its successor has begun
   // since). Not otherwise: it looks at the calls its successor is writing,
-  // taking their lines from it. Nearly always returns at once.
+  // taking their lines from it. Nearly always returns at once. Returns
+  // the place it waited for, for claim().
   template <class Poll, class Retire>
-  void wait_until_writable(std::uint64_t sequence, std::size_t need, transport::Deadline deadline,
-                           Poll&& poll, Retire&& retire) {
+  std::uint32_t wait_until_writable(std::uint64_t sequence, std::size_t need,
+                                    transport::Deadline deadline, Poll&& poll, Retire&& retire) {
     int behind = 0;
     bool ring_full = false;
-    chosen_place_ = choose_place(sequence, need);
-    const std::uint64_t free_from = free_from_call(chosen_place_, need, sequence);
+    const std::uint32_t place = choose_place(sequence, need);
+    const std::uint64_t free_from = free_from_call(place, need, sequence);
     const auto read_floor = [&] {
       std::uint64_t floor = UINT64_MAX;
       for (int q = 0; q < size_; ++q) {
@@ -357,12 +359,13 @@ class Segment {
     };
     wait(everyone_is_done, deadline, poll,
          [&] { return describe_writable_wait(behind, sequence, ring_full, free_from); });
+    return place;
   }
-  // After wait_until_writable(): where this rank writes the call's `need`
-  // bytes (the entry, its data ring or its large slot; the entry says which).
-  std::byte* claim(std::uint64_t sequence, std::size_t need) noexcept {
+  // After wait_until_writable(), with the place it returned: where this
+  // rank writes the call's `need` bytes (the entry, its data ring or its
+  // large slot; the entry says which).
+  std::byte* claim(std::uint64_t sequence, std::size_t need, std::uint32_t place) noexcept {
     SlotHeader& mine = header(rank_, sequence);
-    const std::uint32_t place = chosen_place_;
     if (place == kInEntry) {
       mine.size_and_place = 0;
     } else {
@@ -548,7 +551,6 @@ class Segment {
   // call's begins, or at 0 where it would not fit before the end).
   std::uint64_t block_writer_[kDataRingBlocks] = {};
   std::size_t data_ring_next_ = 0;
-  std::uint32_t chosen_place_ = kInEntry;  // by wait_until_writable(), for claim()
   // A call every rank is known to have begun (everyone_has_begun()).
   std::uint64_t begun_floor_ = 0;
   std::uint64_t retired_ = 0;       // this rank's retired word, as last written

@@ -326,9 +326,10 @@ TEST(HostSegment, ARootRunsAheadOfSlowReadersAndEveryCallArrives) {
 // alone it could not begin a call before every reader had begun the one
 // before). The readers here begin only once the root has finished all of
 // its calls (a root held up by them would leave them waiting: they fail
-// after 10 s, the root at the calls' 20-s timeout). Then calls whose data
-// goes in the entry, the data ring (across its end too) and the large
-// slot, interleaved, with a slow reader: every byte right. The data ring
+// after 10 s, the root at the calls' 20-s timeout). Then broadcasts,
+// gathers and scatters whose data goes in the entry, the data ring (across
+// its end too) and the large slot, interleaved, with a slow reader: every
+// byte right. The data ring
 // serves where a wait would cost a switch of core: the ranks (threads,
 // which inherit this thread's affinity) share one CPU.
 TEST(HostSegment, ARootRunsAheadThroughItsDataRingAndEverySizeArrives) {
@@ -396,6 +397,13 @@ TEST(HostSegment, ARootRunsAheadThroughItsDataRingAndEverySizeArrives) {
           for (std::size_t i = 0; i < n; ++i)
             require(gathered[static_cast<std::size_t>(q) * n + i] == payload(call + q, i),
                     "gather of " + std::to_string(n) + " bytes, call " + std::to_string(call));
+      // The root's p blocks: 24 B-24 KiB in one place.
+      std::vector<std::uint8_t> blocks(3 * n), mine(n, 0);
+      for (std::size_t i = 0; i < 3 * n; ++i) blocks[i] = payload(call, i);
+      comm.scatter(blocks.data(), mine.data(), n, DataType::uint8, 0);
+      for (std::size_t i = 0; i < n; ++i)
+        require(mine[i] == payload(call, static_cast<std::size_t>(r) * n + i),
+                "scatter of " + std::to_string(n) + " bytes, call " + std::to_string(call));
     }
   }, options));
   ::sched_setaffinity(0, sizeof allowed, &allowed);
