@@ -90,6 +90,29 @@ std::size_t slots_offset(int size) {
   return data_rings_offset(size) + static_cast<std::size_t>(size) * kDataRingStride;
 }
 
+// Faults in this process's mapping of the segment's first `bytes` (its
+// rings: entries, digests, data rings, which every call touches) now
+// rather than page by page in the first calls. On this machine (a virtual
+// machine) a process's first access to a page costs about 5 us even once
+// the kernel has mapped it (11-12 us before): the first pass through
+// the rings paid it call by call, 8-byte AllReduce taking 49 us a call for
+// its first 256 calls (the ring's depth) and 12-14 after at p = 4 (four
+// ranks on two cores), 4.0 against 0.2 at p = 2 (docs/performance.md,
+// twenty-sixth pass). MADV_POPULATE_WRITE (Linux 5.14) maps every page
+// writable in one call, cheaper than a fault each; the reads then take
+// what a first access still costs (and fault the pages in where the
+// kernel refuses the advice). The large slots are left to their first
+// use: at p = 4 their 16 MiB would cost every rank tens of milliseconds
+// here, for calls whose own copies take as long.
+void prefault(std::byte* base, std::size_t bytes) noexcept {
+#ifdef MADV_POPULATE_WRITE
+  static_cast<void>(::madvise(base, bytes, MADV_POPULATE_WRITE));
+#endif
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  for (std::size_t at = 0; at < bytes; at += page)
+    static_cast<void>(*reinterpret_cast<volatile const unsigned char*>(base + at));
+}
+
 // State (field 3) and start time (field 22) of a process; false when it is gone.
 bool read_process(int pid, char& state, std::uint64_t& start_time) {
   std::ifstream in(fmt::format("/proc/{}/stat", pid));
@@ -293,6 +316,7 @@ std::unique_ptr<Segment> Segment::attach(int rank, int size, std::size_t slot_by
     unmap();
     return nullptr;
   }
+  prefault(static_cast<std::byte*>(base), slots_offset(size));
   if (rank == 0)
     log::info("shm: host segment {} ({} bytes: {} ranks, slots of {} bytes; publishes {}; {} CPUs "
               "between them: waits {})",

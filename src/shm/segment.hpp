@@ -61,6 +61,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -219,6 +220,13 @@ class Segment {
   int size() const noexcept { return size_; }
   std::size_t slot_bytes() const noexcept { return slot_bytes_; }
   const std::string& name() const noexcept { return name_; }
+  // The segment's bytes before its large slots: header, records, digests,
+  // ring entries and data rings, which calls touch every time; attach()
+  // maps them all into this process (prefault() in segment.cpp).
+  std::span<const std::byte> rings() const noexcept {
+    const auto* base = static_cast<const std::byte*>(base_);
+    return {base, static_cast<std::size_t>(slots_ - base)};
+  }
   // Whether a wait yields the CPU between polls: the ranks are more than
   // the CPUs their affinities allow between them (or see the constructor).
   bool yields_while_waiting() const noexcept { return oversubscribed_; }

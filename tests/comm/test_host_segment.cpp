@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <sys/wait.h>
@@ -23,6 +24,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -571,6 +573,73 @@ TEST(HostSegment, ASleepingWaiterIsWokenByThePublish) {
 // Waits yield the CPU only where the ranks are more than the CPUs they may
 // run on between them: not where a launcher binds each rank to a core of
 // its own (mpirun at p <= 2), which leaves each rank's own affinity one CPU.
+// An allgather among threads of this process, each attaching a segment of
+// its own mapping as a rank would.
+class ThreadAllgather {
+ public:
+  explicit ThreadAllgather(int ranks) : gathered_(static_cast<std::size_t>(ranks)), sync_(ranks) {}
+  shm::Allgather of(int rank) {
+    return [this, rank](const void* mine, std::size_t bytes, void* out) {
+      const auto* from = static_cast<const std::byte*>(mine);
+      gathered_[static_cast<std::size_t>(rank)].assign(from, from + bytes);
+      sync_.arrive_and_wait();
+      for (std::size_t q = 0; q < gathered_.size(); ++q)
+        std::memcpy(static_cast<std::byte*>(out) + q * bytes, gathered_[q].data(), bytes);
+      sync_.arrive_and_wait();
+    };
+  }
+
+ private:
+  std::vector<std::vector<std::byte>> gathered_;
+  std::barrier<> sync_;
+};
+
+// The pages of `bytes` that are not in this process's page tables
+// (/proc/self/pagemap: bit 63 of a page's word says present); -1 when the
+// map cannot be read.
+long pages_not_present(std::span<const std::byte> bytes) {
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const int map = ::open("/proc/self/pagemap", O_RDONLY);  // reads of whole words only
+  if (map < 0) return -1;
+  long missing = 0;
+  const auto first = reinterpret_cast<std::uintptr_t>(bytes.data()) / page;
+  const auto last = (reinterpret_cast<std::uintptr_t>(bytes.data()) + bytes.size() - 1) / page;
+  for (std::uintptr_t p = first; p <= last && missing >= 0; ++p) {
+    std::uint64_t word = 0;
+    if (::pread(map, &word, sizeof word, static_cast<off_t>(p * sizeof word)) != sizeof word) missing = -1;
+    else if ((word >> 63) == 0) ++missing;
+  }
+  ::close(map);
+  return missing;
+}
+
+// Every page before the large slots (what every call touches) is mapped in
+// by attach(), on every rank, so that no call pays for a page's first use:
+// here that cost 5-12 us a page, and the first 256 calls of an 8-byte
+// AllReduce at p = 4 took 40 us each instead of 8 (docs/performance.md,
+// twenty-sixth pass). Without it only the pages attach() writes were.
+TEST(HostSegment, AttachMapsInTheRingsEveryCallTouches) {
+  ThreadAllgather allgather(3);
+  long missing[3] = {-2, -2, -2};
+  std::size_t bytes[3] = {};
+  const auto rank = [&](int r) {
+    auto segment = shm::Segment::attach(r, 3, 64 << 10, allgather.of(r));
+    if (segment == nullptr) return;
+    bytes[r] = segment->rings().size();
+    missing[r] = pages_not_present(segment->rings());
+  };
+  std::thread one(rank, 1), two(rank, 2);
+  rank(0);
+  one.join();
+  two.join();
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_NE(missing[r], -2) << "rank " << r << " has no segment";
+    if (missing[r] == -1) GTEST_SKIP() << "/proc/self/pagemap cannot be read";
+    EXPECT_GT(bytes[r], std::size_t{3} * 256 * 512) << "rank " << r << ": the rings hold 256 entries a rank";
+    EXPECT_EQ(missing[r], 0) << "rank " << r << ": pages of the rings not mapped in at attach";
+  }
+}
+
 TEST(HostSegment, WaitsYieldOnlyWhereTheRanksShareTooFewCpus) {
   cpu_set_t allowed;
   ASSERT_EQ(::sched_getaffinity(0, sizeof allowed, &allowed), 0);
@@ -581,23 +650,14 @@ TEST(HostSegment, WaitsYieldOnlyWhereTheRanksShareTooFewCpus) {
   // Two ranks as threads, each bound to the CPU given, attaching a segment
   // over an in-process allgather; whether each one's waits yield.
   const auto yields = [](int cpu0, int cpu1) {
-    std::vector<std::byte> gathered[2];
-    std::barrier sync(2);
+    ThreadAllgather allgather(2);
     bool bound[2] = {}, attached[2] = {}, yield[2] = {};
     const auto rank = [&](int r, int cpu) {
       cpu_set_t one;
       CPU_ZERO(&one);
       CPU_SET(cpu, &one);
       bound[r] = ::pthread_setaffinity_np(::pthread_self(), sizeof one, &one) == 0;
-      const shm::Allgather allgather = [&](const void* mine, std::size_t bytes, void* out) {
-        const auto* from = static_cast<const std::byte*>(mine);
-        gathered[r].assign(from, from + bytes);
-        sync.arrive_and_wait();
-        for (int q = 0; q < 2; ++q)
-          std::memcpy(static_cast<std::byte*>(out) + q * bytes, gathered[q].data(), bytes);
-        sync.arrive_and_wait();
-      };
-      auto segment = shm::Segment::attach(r, 2, 4096, allgather);
+      auto segment = shm::Segment::attach(r, 2, 4096, allgather.of(r));
       attached[r] = segment != nullptr;
       yield[r] = attached[r] && segment->yields_while_waiting();
     };
