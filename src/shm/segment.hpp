@@ -47,11 +47,10 @@
 // O_EXCL, the others open it, and once all have mapped it (or any failed) it
 // is unlinked: a job that dies later leaves nothing behind. Every rank then
 // maps in the pages before the large slots (rings()), which every call
-// touches. Segments of
-// creators that died during that window are removed by the next creator on
-// the host (a name whose pid is gone). A segment whose header does not say
-// what its creator announced (another job's, a stale one, garbage) is
-// refused by size and fields, never trusted.
+// touches. Segments of creators that died during that window are removed
+// by the next creator on the host (a name whose pid is gone). A segment
+// whose header does not say what its creator announced (another job's, a
+// stale one, garbage) is refused by size and fields, never trusted.
 #pragma once
 
 #include "transport/transport.hpp"

@@ -570,9 +570,6 @@ TEST(HostSegment, ASleepingWaiterIsWokenByThePublish) {
                                    << " ms after its peer published";
 }
 
-// Waits yield the CPU only where the ranks are more than the CPUs they may
-// run on between them: not where a launcher binds each rank to a core of
-// its own (mpirun at p <= 2), which leaves each rank's own affinity one CPU.
 // An allgather among threads of this process, each attaching a segment of
 // its own mapping as a rank would.
 class ThreadAllgather {
@@ -606,8 +603,10 @@ long pages_not_present(std::span<const std::byte> bytes) {
   const auto last = (reinterpret_cast<std::uintptr_t>(bytes.data()) + bytes.size() - 1) / page;
   for (std::uintptr_t p = first; p <= last && missing >= 0; ++p) {
     std::uint64_t word = 0;
-    if (::pread(map, &word, sizeof word, static_cast<off_t>(p * sizeof word)) != sizeof word) missing = -1;
-    else if ((word >> 63) == 0) ++missing;
+    if (::pread(map, &word, sizeof word, static_cast<off_t>(p * sizeof word)) != sizeof word)
+      missing = -1;
+    else if ((word >> 63) == 0)
+      ++missing;
   }
   ::close(map);
   return missing;
@@ -616,7 +615,7 @@ long pages_not_present(std::span<const std::byte> bytes) {
 // Every page before the large slots (what every call touches) is mapped in
 // by attach(), on every rank, so that no call pays for a page's first use:
 // here that cost 5-12 us a page, and the first 256 calls of an 8-byte
-// AllReduce at p = 4 took 40 us each instead of 8 (docs/performance.md,
+// AllReduce at p = 4 took 49 us each instead of 12 (docs/performance.md,
 // twenty-sixth pass). Without it only the pages attach() writes were.
 TEST(HostSegment, AttachMapsInTheRingsEveryCallTouches) {
   ThreadAllgather allgather(3);
@@ -635,11 +634,15 @@ TEST(HostSegment, AttachMapsInTheRingsEveryCallTouches) {
   for (int r = 0; r < 3; ++r) {
     ASSERT_NE(missing[r], -2) << "rank " << r << " has no segment";
     if (missing[r] == -1) GTEST_SKIP() << "/proc/self/pagemap cannot be read";
-    EXPECT_GT(bytes[r], std::size_t{3} * 256 * 512) << "rank " << r << ": the rings hold 256 entries a rank";
+    EXPECT_GT(bytes[r], std::size_t{3} * 256 * 512)
+        << "rank " << r << ": the rings hold 256 entries a rank";
     EXPECT_EQ(missing[r], 0) << "rank " << r << ": pages of the rings not mapped in at attach";
   }
 }
 
+// Waits yield the CPU only where the ranks are more than the CPUs they may
+// run on between them: not where a launcher binds each rank to a core of
+// its own (mpirun at p <= 2), which leaves each rank's own affinity one CPU.
 TEST(HostSegment, WaitsYieldOnlyWhereTheRanksShareTooFewCpus) {
   cpu_set_t allowed;
   ASSERT_EQ(::sched_getaffinity(0, sizeof allowed, &allowed), 0);
