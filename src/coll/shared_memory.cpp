@@ -134,8 +134,9 @@ std::byte* begin_slot(const Collective& c, std::size_t need) {
   constexpr std::uint64_t kCompareEvery = 16, kCompareMargin = 16;
   if (host.retired() + shm::kRingDepth / 2 < c.sequence && c.sequence % kCompareEvery == 0)
     retire_compared_calls(c, c.sequence - 1 - kCompareMargin);
-  const std::uint32_t place = host.wait_until_writable(
-      c.sequence, need, c.deadline, abort_poll(c), [&] { retire_compared_calls(c, c.sequence - 1); });
+  const std::uint32_t place =
+      host.wait_until_writable(c.sequence, need, c.deadline, abort_poll(c),
+                               [&] { retire_compared_calls(c, c.sequence - 1); });
   host.write_signature(c.sequence, c.signature);
   return host.claim(c.sequence, need, place);
 }

@@ -172,9 +172,9 @@ inline constexpr std::size_t kRingStride = kRingDepth * kEntryBytes + kCacheLine
 // call's parity, or, up to kDataRingMaxBytes where that is not free yet
 // and waits yield (Segment::choose_place()), in its data ring: the next
 // whole blocks of kDataBlockBytes in turn, from its start again where they
-// would cross its end. With the two large slots alone, a rooted call's writer of a few
-// hundred bytes could begin a call only once every reader had begun the
-// one before: at p = 4 on 2 cores every 512-byte scatter,
+// would cross its end. With the two large slots alone, a rooted call's
+// writer of a few hundred bytes could begin a call only once every reader
+// had begun the one before: at p = 4 on 2 cores every 512-byte scatter,
 // gather, broadcast or reduce then cost a switch of core (7.6-8.4 us, Open
 // MPI 2.1 for a 128-byte scatter). Sixteen places of 4 KiB each made it
 // 1.1-1.7 us, 64 places 0.7-1.4: the further a writer may run ahead, the
